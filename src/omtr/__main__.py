@@ -1,0 +1,3 @@
+from omtr.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The ``omtr`` command line: one entry point, one subcommand per step.
+
+Each subcommand lives in its own module under ``omtr.cli`` and exposes ``register(subparsers)``.
+Modules here import only the standard library at import time; heavy libraries are imported
+inside the handlers so that ``omtr --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Subcommand modules, in the order they appear in --help.
+SUBCOMMANDS = ("solve", "demo", "tasks", "faithful")
+
+EPILOG = """examples:
+  omtr demo                                   # the environment on bundled specs, logged to MLflow
+  omtr solve domain.pddl problem.pddl         # one verdict as JSON
+  omtr solve --batch specs.jsonl --out verdicts.jsonl --workers 2
+  omtr <command> --help                       # every command has its own examples
+"""
+
+
+class CliError(Exception):
+    """A usage error: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="omtr",
+        description="omtr: natural-language planning tasks to solver-verified PDDL.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings only, no progress bars")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"omtr.cli.{name}")
+        except ModuleNotFoundError as exc:  # a subcommand module not written yet
+            if exc.name == f"omtr.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except CliError as exc:
+        print(f"omtr {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def add_command(sub, name: str, *, help: str, description: str, examples: str) -> argparse.ArgumentParser:
+    """A subcommand parser with a description and an examples epilog."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

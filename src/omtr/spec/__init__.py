@@ -1,0 +1,30 @@
+"""PDDL specs as omtr reads them: a tolerant s-expression reader and a structural model.
+
+``parse_domain`` / ``parse_problem`` never execute anything and fail with :class:`SpecError`,
+which carries one of the six diagnostic categories and the line of the offending element.
+"""
+
+from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr
+from omtr.spec.model import (
+    Action,
+    Domain,
+    Problem,
+    SpecError,
+    atoms_of,
+    parse_domain,
+    parse_problem,
+)
+
+__all__ = [
+    "Action",
+    "Domain",
+    "Problem",
+    "SExprError",
+    "SList",
+    "SpecError",
+    "Sym",
+    "atoms_of",
+    "parse_domain",
+    "parse_problem",
+    "read_sexpr",
+]

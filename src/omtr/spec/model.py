@@ -1,0 +1,422 @@
+"""Structural model of a PDDL domain and problem, built from the s-expression reader.
+
+The model keeps formulas as s-expressions (``SList``) and records names, arities and types, with
+lines, so that lint and the faithfulness checker can reason about them without a planner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from omtr.spec.categories import Category
+from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr
+
+ROOT_TYPE = "object"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be accepted: category, message (names the element), line."""
+
+    def __init__(self, category: Category, message: str, line: int | None = None, file: str | None = None):
+        super().__init__(message)
+        self.category = category
+        self.message = message
+        self.line = line
+        self.file = file
+
+
+@dataclass
+class Action:
+    name: str
+    parameters: list[tuple[str, str]]  # (?var, type)
+    precondition: SList | None
+    effect: SList | None
+    line: int = 0
+
+
+@dataclass
+class Domain:
+    name: str
+    requirements: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)  # type -> parent type
+    constants: dict[str, str] = field(default_factory=dict)  # name -> type
+    predicates: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    functions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    actions: dict[str, Action] = field(default_factory=dict)
+    derived: list[SList] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)  # "predicate:on" -> line
+    typed: bool = False
+
+    def is_subtype(self, t: str, ancestor: str) -> bool:
+        """True if ``t`` equals or descends from ``ancestor`` (``either`` types: any member)."""
+        if ancestor == ROOT_TYPE or t == ancestor:
+            return True
+        if t.startswith("either:"):
+            return all(self.is_subtype(m, ancestor) for m in t.split(":")[1:])
+        if ancestor.startswith("either:"):
+            return any(self.is_subtype(t, m) for m in ancestor.split(":")[1:])
+        seen = set()
+        while t in self.types and t not in seen:
+            seen.add(t)
+            t = self.types[t]
+            if t == ancestor:
+                return True
+        return False
+
+
+@dataclass
+class Problem:
+    name: str
+    domain_name: str
+    objects: dict[str, str] = field(default_factory=dict)  # name -> type
+    init: list[SList] = field(default_factory=list)  # ground atoms (and numeric (= (f) n))
+    goal: SList | None = None
+    metric: SList | None = None
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+def _line(x) -> int | None:
+    return getattr(x, "line", None)
+
+
+def parse_typed_list(items, what: str, *, allow_vars: bool) -> list[tuple[str, str]]:
+    """``a b - t c`` -> [(a, t), (b, t), (c, object)]; ``- (either t u)`` -> 'either:t:u'."""
+    out: list[tuple[str, str]] = []
+    pending: list[Sym] = []
+    i = 0
+    while i < len(items):
+        tok = items[i]
+        if isinstance(tok, list):
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what}: unexpected '(' at line {_line(tok)} in a typed list; write `name - type`",
+                _line(tok),
+            )
+        if tok == "-":
+            if i + 1 >= len(items) or not pending:
+                raise SpecError(
+                    Category.SYNTAX,
+                    f"{what}: dangling '-' at line {_line(tok)}; write `name - type`",
+                    _line(tok),
+                )
+            t = items[i + 1]
+            if isinstance(t, list):
+                if t.head != "either" or len(t) < 2 or any(isinstance(m, list) for m in t[1:]):
+                    raise SpecError(
+                        Category.SYNTAX, f"{what}: bad type expression at line {_line(t)}", _line(t)
+                    )
+                tname = "either:" + ":".join(t[1:])
+            else:
+                tname = str(t)
+            out.extend((str(p), tname) for p in pending)
+            pending = []
+            i += 2
+            continue
+        is_var = tok.startswith("?")
+        if is_var and not allow_vars:
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what}: variable {tok} at line {tok.line} where an object name is expected",
+                tok.line,
+            )
+        if allow_vars and not is_var:
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"{what}: parameter `{tok}` at line {tok.line} must start with '?', e.g. ?{tok}",
+                tok.line,
+            )
+        pending.append(tok)
+        i += 1
+    out.extend((str(p), ROOT_TYPE) for p in pending)
+    return out
+
+
+def _sections(root: SList, kind: str, what: str):
+    if not isinstance(root, list) or root.head != "define" or len(root) < 2:
+        raise SpecError(
+            Category.SYNTAX, f"{what}: must start with (define ({kind} NAME) ...)", _line(root)
+        )
+    header = root[1]
+    if not isinstance(header, list) or header.head != kind or len(header) != 2 or isinstance(header[1], list):
+        found = header.head if isinstance(header, list) else header
+        raise SpecError(
+            Category.SYNTAX,
+            f"{what}: expected ({kind} NAME) after define, found {found!r} at line {_line(header) or root.line}",
+            _line(header) or root.line,
+        )
+    for sec in root[2:]:
+        if not isinstance(sec, list) or not sec or not isinstance(sec[0], str) or not sec[0].startswith(":"):
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what}: expected a section like (:{'predicates' if kind == 'domain' else 'init'} ...) "
+                f"at line {_line(sec) or getattr(sec, 'line', '?')}, found {str(sec)[:40]!r}",
+                _line(sec),
+            )
+    return str(header[1]), root[2:]
+
+
+def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
+    try:
+        root = read_sexpr(text, max_depth=max_depth, what="domain")
+    except SExprError as exc:
+        raise SpecError(Category.SYNTAX, str(exc), exc.line, "domain") from None
+    name, sections = _sections(root, "domain", "domain")
+    dom = Domain(name=name)
+    seen_sections: set[str] = set()
+    for sec in sections:
+        key = sec[0]
+        if key != ":action" and key != ":derived":
+            if key in seen_sections:
+                raise SpecError(
+                    Category.SYNTAX, f"domain: section {key} appears twice (line {sec.line}); merge them", sec.line
+                )
+            seen_sections.add(key)
+        if key == ":requirements":
+            dom.requirements = [str(r) for r in sec[1:] if not isinstance(r, list)]
+            dom.typed = ":typing" in dom.requirements or ":adl" in dom.requirements
+        elif key == ":types":
+            for t, parent in parse_typed_list(sec[1:], "domain :types", allow_vars=False):
+                if t == ROOT_TYPE:
+                    continue
+                if t in dom.types and dom.types[t] != parent:
+                    raise SpecError(
+                        Category.OBJECT_TYPE,
+                        f"type `{t}` is declared twice with different parents ({dom.types[t]}, {parent}) at line {sec.line}",
+                        sec.line,
+                    )
+                dom.types[t] = parent
+                dom.lines[f"type:{t}"] = sec.line
+        elif key == ":constants":
+            for c, t in parse_typed_list(sec[1:], "domain :constants", allow_vars=False):
+                dom.constants[c] = t
+                dom.lines[f"constant:{c}"] = sec.line
+        elif key in (":predicates", ":functions"):
+            target = dom.predicates if key == ":predicates" else dom.functions
+            items = sec[1:]
+            j = 0
+            while j < len(items):
+                p = items[j]
+                if key == ":functions" and p == "-":  # `(f) - number`
+                    j += 2
+                    continue
+                if not isinstance(p, list) or not p or isinstance(p[0], list):
+                    raise SpecError(
+                        Category.PREDICATE_SCHEMA if key == ":predicates" else Category.SYNTAX,
+                        f"domain {key}: expected (name ?arg - type ...) at line {_line(p) or sec.line}, "
+                        f"found {str(p)[:40]!r}",
+                        _line(p) or sec.line,
+                    )
+                pname = str(p[0])
+                if pname in target:
+                    raise SpecError(
+                        Category.PREDICATE_SCHEMA,
+                        f"{'predicate' if key == ':predicates' else 'function'} `{pname}` is declared twice "
+                        f"(lines {dom.lines.get(('predicate:' if key == ':predicates' else 'function:') + pname)} and {p.line})",
+                        p.line,
+                    )
+                target[pname] = parse_typed_list(p[1:], f"{key[1:-1]} `{pname}`", allow_vars=True)
+                dom.lines[("predicate:" if key == ":predicates" else "function:") + pname] = p.line
+                j += 1
+        elif key == ":action":
+            act = _parse_action(sec)
+            if act.name in dom.actions:
+                raise SpecError(
+                    Category.PREDICATE_SCHEMA,
+                    f"action `{act.name}` is defined twice (lines {dom.actions[act.name].line} and {act.line}); "
+                    "rename one of them",
+                    act.line,
+                )
+            dom.actions[act.name] = act
+        elif key == ":derived":
+            dom.derived.append(sec)
+        elif key in (":constraints",):
+            raise SpecError(
+                Category.SYNTAX, f"domain: {key} (line {sec.line}) is not supported by the planner; remove it", sec.line
+            )
+        else:
+            raise SpecError(
+                Category.SYNTAX,
+                f"domain: unknown section {key} at line {sec.line}; expected :requirements, :types, "
+                ":constants, :predicates, :functions or :action",
+                sec.line,
+            )
+    if dom.types:
+        dom.typed = True
+    return dom
+
+
+def _parse_action(sec: SList) -> Action:
+    if len(sec) < 2 or isinstance(sec[1], list):
+        raise SpecError(
+            Category.PREDICATE_SCHEMA, f"action at line {sec.line} has no name; write (:action NAME ...)", sec.line
+        )
+    name = str(sec[1])
+    params: list[tuple[str, str]] = []
+    pre = eff = None
+    seen = set()
+    i = 2
+    while i < len(sec):
+        key = sec[i]
+        if isinstance(key, list) or not key.startswith(":"):
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"action `{name}` (line {sec.line}) is malformed: expected :parameters, :precondition or :effect, "
+                f"found {str(key)[:40]!r} at line {_line(key) or sec.line}",
+                _line(key) or sec.line,
+            )
+        if i + 1 >= len(sec):
+            raise SpecError(
+                Category.PREDICATE_SCHEMA, f"action `{name}`: {key} at line {key.line} has no value", key.line
+            )
+        val = sec[i + 1]
+        if key in seen:
+            raise SpecError(Category.PREDICATE_SCHEMA, f"action `{name}`: {key} given twice", key.line)
+        seen.add(key)
+        if key == ":parameters":
+            if not isinstance(val, list):
+                raise SpecError(
+                    Category.PREDICATE_SCHEMA,
+                    f"action `{name}`: :parameters must be a list like (?x - block), found {val!r}",
+                    key.line,
+                )
+            params = parse_typed_list(val, f"action `{name}` :parameters", allow_vars=True)
+            names = [p for p, _ in params]
+            dup = {p for p in names if names.count(p) > 1}
+            if dup:
+                raise SpecError(
+                    Category.PREDICATE_SCHEMA,
+                    f"action `{name}`: parameter {sorted(dup)[0]} is declared twice",
+                    key.line,
+                )
+        elif key == ":precondition":
+            pre = _formula(val, f"action `{name}` :precondition", key.line)
+        elif key == ":effect":
+            eff = _formula(val, f"action `{name}` :effect", key.line)
+        else:
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"action `{name}`: unknown key {key} at line {key.line}; use :parameters, :precondition, :effect",
+                key.line,
+            )
+        i += 2
+    if eff is None:
+        raise SpecError(
+            Category.PREDICATE_SCHEMA,
+            f"action `{name}` (line {sec.line}) has no :effect; every action must change something",
+            sec.line,
+        )
+    return Action(name=name, parameters=params, precondition=pre, effect=eff, line=sec.line)
+
+
+def _formula(val, what: str, line: int) -> SList:
+    if not isinstance(val, list):
+        raise SpecError(
+            Category.SYNTAX, f"{what} at line {line} must be a parenthesised formula, found {val!r}", line
+        )
+    return val
+
+
+def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
+    try:
+        root = read_sexpr(text, max_depth=max_depth, what="problem")
+    except SExprError as exc:
+        raise SpecError(Category.SYNTAX, str(exc), exc.line, "problem") from None
+    name, sections = _sections(root, "problem", "problem")
+    prob = Problem(name=name, domain_name="")
+    seen: set[str] = set()
+    for sec in sections:
+        key = sec[0]
+        if key in seen:
+            raise SpecError(
+                Category.SYNTAX, f"problem: section {key} appears twice (line {sec.line}); merge them", sec.line
+            )
+        seen.add(key)
+        if key == ":domain":
+            if len(sec) != 2 or isinstance(sec[1], list):
+                raise SpecError(Category.SYNTAX, f"problem: (:domain NAME) expected at line {sec.line}", sec.line)
+            prob.domain_name = str(sec[1])
+        elif key == ":objects":
+            for o, t in parse_typed_list(sec[1:], "problem :objects", allow_vars=False):
+                if o in prob.objects:
+                    raise SpecError(
+                        Category.OBJECT_TYPE, f"object `{o}` is declared twice in :objects (line {sec.line})", sec.line
+                    )
+                prob.objects[o] = t
+            prob.lines[":objects"] = sec.line
+        elif key == ":init":
+            for a in sec[1:]:
+                if not isinstance(a, list) or not a:
+                    raise SpecError(
+                        Category.SYNTAX,
+                        f"problem :init: expected atoms like (on a b), found {str(a)[:40]!r} at line {_line(a) or sec.line}",
+                        _line(a) or sec.line,
+                    )
+                prob.init.append(a)
+            prob.lines[":init"] = sec.line
+        elif key == ":goal":
+            if len(sec) != 2 or not isinstance(sec[1], list):
+                raise SpecError(
+                    Category.SYNTAX, f"problem: (:goal FORMULA) expects one formula at line {sec.line}", sec.line
+                )
+            prob.goal = sec[1]
+            prob.lines[":goal"] = sec.line
+        elif key == ":metric":
+            prob.metric = sec
+        elif key == ":requirements":
+            pass
+        else:
+            raise SpecError(
+                Category.SYNTAX,
+                f"problem: unknown section {key} at line {sec.line}; expected :domain, :objects, :init, :goal",
+                sec.line,
+            )
+    if not prob.domain_name:
+        raise SpecError(Category.SYNTAX, "problem: missing (:domain NAME)", root.line)
+    if prob.goal is None:
+        raise SpecError(Category.GOAL_CONSTRAINT, "problem: missing (:goal ...); state what must be true at the end", root.line)
+    return prob
+
+
+LOGICAL = {"and", "or", "not", "imply", "exists", "forall", "when"}
+
+
+def atoms_of(formula, negated: bool = False) -> Iterator[tuple[SList, bool, frozenset]]:
+    """Yield (atom, negated, quantified-variables) for every atom in a formula.
+
+    Atoms include equality ``(= ?x ?y)``. Numeric effects (increase/decrease/assign) are skipped.
+    """
+    yield from _walk(formula, negated, frozenset())
+
+
+def _walk(f, neg: bool, bound: frozenset):
+    if not isinstance(f, list) or not f:
+        return
+    h = f.head
+    if h == "and" or h == "or":
+        for g in f[1:]:
+            yield from _walk(g, neg, bound)
+    elif h == "not":
+        for g in f[1:]:
+            yield from _walk(g, not neg, bound)
+    elif h == "imply":
+        if len(f) == 3:
+            yield from _walk(f[1], not neg, bound)
+            yield from _walk(f[2], neg, bound)
+    elif h in ("exists", "forall"):
+        if len(f) >= 3 and isinstance(f[1], list):
+            try:
+                vs = frozenset(v for v, _ in parse_typed_list(f[1], h, allow_vars=True))
+            except SpecError:
+                vs = frozenset()
+            for g in f[2:]:
+                yield from _walk(g, neg, bound | vs)
+    elif h == "when":
+        for g in f[1:]:
+            yield from _walk(g, neg, bound)
+    elif h in ("increase", "decrease", "assign", "scale-up", "scale-down"):
+        return
+    elif h is None:
+        return
+    else:
+        yield f, neg, bound
