@@ -1,0 +1,77 @@
+"""The solver-grounded environment E(y) -> Verdict.
+
+    >>> from omtr.solver import solve
+    >>> v = solve(domain_text, problem_text)          # doctest: +SKIP
+    >>> v.success, v.category, v.message, v.plan      # doctest: +SKIP
+
+``solve`` and ``solve_many`` use a process-wide pool of warm workers and a process-wide
+in-memory cache; for long-running work (training, evaluation) hold a :class:`SolverPool`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from omtr.config import SolverConfig
+from omtr.solver.cache import ResultCache, normalise, spec_key
+from omtr.solver.lint import lint
+from omtr.solver.pipeline import PlanCheck, validate_plan
+from omtr.solver.pool import SolverPool
+from omtr.solver.verdict import Verdict
+from omtr.spec.categories import Category
+
+__all__ = [
+    "Category", "PlanCheck", "ResultCache", "SolverConfig", "SolverPool", "Verdict",
+    "lint", "normalise", "shared_pool", "solve", "solve_many", "spec_key", "validate_plan",
+]
+
+_lock = threading.Lock()
+_pools: dict[int, SolverPool] = {}
+_cache: ResultCache | None = None
+
+
+def shared_cache() -> ResultCache:
+    global _cache
+    if _cache is None:
+        _cache = ResultCache()
+    return _cache
+
+
+def shared_pool(workers: int = 1) -> SolverPool:
+    """The process-wide pool with ``workers`` workers (started on first use, closed at exit)."""
+    with _lock:
+        pool = _pools.get(workers)
+        if pool is None or pool._closed:
+            pool = _pools[workers] = SolverPool(workers, cache=shared_cache())
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_pools.values()):
+        pool.close()
+    _pools.clear()
+
+
+def _cache_for(cfg: SolverConfig):
+    if not cfg.cache:
+        return None
+    if cfg.cache_dir:
+        return ResultCache(cfg.cache_max_entries, cfg.cache_dir)
+    return shared_cache()
+
+
+def solve(domain_text, problem_text, config: SolverConfig | None = None) -> Verdict:
+    """E(y): the verdict for one spec. Never raises for bad input; it becomes a verdict."""
+    return solve_many([(domain_text, problem_text)], workers=1, config=config)[0]
+
+
+def solve_many(specs, workers: int = 1, config: SolverConfig | None = None, *, progress: bool = False) -> list[Verdict]:
+    """Verdicts for ``(domain, problem)`` pairs in input order, over ``workers`` processes."""
+    cfg = config or SolverConfig()
+    pool = shared_pool(workers)
+    if cfg.cache_dir:
+        with SolverPool(workers, cfg, cache=_cache_for(cfg)) as own:
+            return own.solve_many(specs, cfg, progress=progress)
+    return pool.solve_many(specs, cfg, progress=progress)

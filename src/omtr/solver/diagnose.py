@@ -1,0 +1,209 @@
+"""Why a spec that parses has no plan: delete-relaxed reachability over the grounded task.
+
+Used only after the planner failed, to tell an Editor whether the goal is impossible
+(``goal_constraint``), an action it needs can never fire (``precondition_effect``), or the task is
+relaxed-solvable but still unsolvable (``unreachable_search``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from omtr.spec.categories import Category
+from omtr.spec.model import Action, Domain, Problem, atoms_of
+from omtr.spec.sexpr import to_text
+
+
+@dataclass
+class Diagnosis:
+    category: Category
+    message: str
+
+
+class _Budget(Exception):
+    pass
+
+
+def _positive_pre(act: Action):
+    """Positive precondition atoms usable for relaxed matching (over-approximation)."""
+    out = []
+    if act.precondition is None:
+        return out
+    for atom, neg, bound in atoms_of(act.precondition):
+        if neg or atom[0] == "=" or any(isinstance(t, str) and t in bound for t in atom[1:]):
+            continue
+        out.append(tuple(atom))
+    # disjunctions make atoms optional: keep only top-level conjunctive atoms for soundness
+    if act.precondition.head in ("or", "imply", "exists", "forall"):
+        return []
+    return [a for a in out if _in_conjunction(act.precondition, a)]
+
+
+def _in_conjunction(f, atom) -> bool:
+    if not isinstance(f, list) or not f:
+        return False
+    if tuple(f) == atom:
+        return True
+    if f.head == "and":
+        return any(_in_conjunction(g, atom) for g in f[1:])
+    return False
+
+
+def _add_effects(act: Action):
+    out = []
+    for atom, neg, bound in atoms_of(act.effect):
+        if not neg and atom[0] != "=" and not any(isinstance(t, str) and t in bound for t in atom[1:]):
+            out.append(tuple(atom))
+    return out
+
+
+def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0):
+    """Return (reachable atoms, fired action names) under the delete relaxation, or None if too big."""
+    deadline = time.monotonic() + time_budget_s
+    objects = {**dom.constants, **prob.objects}
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for o, t in objects.items():
+        for anc in _ancestors(dom, t):
+            by_type[anc].append(o)
+    facts: set[tuple] = {tuple(a) for a in prob.init if a.head != "="}
+    for o, t in objects.items():  # types hold as unary facts
+        for anc in _ancestors(dom, t):
+            facts.add((anc, o))
+    index: dict[str, set[tuple]] = defaultdict(set)
+    for f in facts:
+        index[f[0]].add(f)
+    schemas = [(a, _positive_pre(a), _add_effects(a)) for a in dom.actions.values()]
+    fired: set[str] = set()
+    changed = True
+    try:
+        while changed:
+            changed = False
+            for act, pre, adds in schemas:
+                for binding in _bindings(act, pre, index, by_type, deadline):
+                    fired.add(act.name)
+                    for eff in adds:
+                        g = (eff[0],) + tuple(binding.get(t, t) for t in eff[1:])
+                        if g not in facts:
+                            facts.add(g)
+                            index[g[0]].add(g)
+                            changed = True
+    except _Budget:
+        return None
+    return facts, fired
+
+
+def _ancestors(dom: Domain, t: str):
+    out = [t, "object"]
+    seen = {t}
+    while t in dom.types and dom.types[t] not in seen:
+        t = dom.types[t]
+        seen.add(t)
+        out.append(t)
+    return out
+
+
+def _bindings(act: Action, pre, index, by_type, deadline):
+    params = dict(act.parameters)
+    order = sorted(pre, key=lambda a: len(index.get(a[0], ())))
+
+    def extend(i, binding):
+        if time.monotonic() > deadline:
+            raise _Budget
+        if i == len(order):
+            free = [v for v in params if v not in binding]
+            if not free:
+                yield dict(binding)
+                return
+            yield from _free(free, 0, binding)
+            return
+        atom = order[i]
+        for fact in index.get(atom[0], ()):
+            if len(fact) != len(atom):
+                continue
+            new = dict(binding)
+            ok = True
+            for term, val in zip(atom[1:], fact[1:]):
+                if term.startswith("?"):
+                    if new.setdefault(term, val) != val:
+                        ok = False
+                        break
+                elif term != val:
+                    ok = False
+                    break
+            if ok and all(val in by_type.get(params.get(v, "object"), ()) or params.get(v, "object") == "object" for v, val in new.items() if v in params):
+                yield from extend(i + 1, new)
+
+    def _free(free, j, binding):
+        if j == len(free):
+            yield dict(binding)
+            return
+        v = free[j]
+        for o in by_type.get(params[v], ()):
+            if time.monotonic() > deadline:
+                raise _Budget
+            binding[v] = o
+            yield from _free(free, j + 1, binding)
+        binding.pop(v, None)
+
+    yield from extend(0, {})
+
+
+def diagnose_unsolvable(dom: Domain, prob: Problem, hints=()) -> Diagnosis:
+    result = relaxed_reachable(dom, prob)
+    if result is None:
+        return Diagnosis(
+            Category.UNREACHABLE_SEARCH,
+            "proven unsolvable by the planner (the task is too large for omtr to say which goal atom is at fault)",
+        )
+    facts, fired = result
+    never = sorted(a for a in dom.actions if a not in fired)
+    goal_atoms = [
+        (tuple(a), neg) for a, neg, bound in atoms_of(prob.goal) if a[0] != "=" and not bound
+    ]
+    for atom, neg in goal_atoms:
+        if neg or atom in facts:
+            continue
+        text = to_text(list(atom))
+        achievers = [
+            a.name for a in dom.actions.values() if any(e[0] == atom[0] and len(e) == len(atom) for e in _add_effects(a))
+        ]
+        if not achievers:
+            return Diagnosis(
+                Category.GOAL_CONSTRAINT,
+                f"goal atom {text} can never become true: no action adds `{atom[0]}`",
+            )
+        dead = [a for a in achievers if a in never]
+        if dead and len(dead) == len(achievers):
+            act = dom.actions[dead[0]]
+            blocker = _blocking_precondition(act, facts)
+            return Diagnosis(
+                Category.PRECONDITION_EFFECT,
+                f"goal atom {text} needs action `{act.name}`, which can never fire"
+                + (f": its precondition {blocker} is never true" if blocker else "")
+                + "; relax that precondition or make an action achieve it",
+            )
+        return Diagnosis(
+            Category.GOAL_CONSTRAINT,
+            f"goal atom {text} can never become true: actions {', '.join('`%s`' % a for a in achievers)} add "
+            f"`{atom[0]}` but never with these arguments from this initial state",
+        )
+    for cat, msg in hints:
+        if cat == Category.PRECONDITION_EFFECT:
+            return Diagnosis(cat, msg + "; the task is unsolvable")
+    extra = f" (actions that can never fire: {', '.join('`%s`' % a for a in never[:5])})" if never else ""
+    return Diagnosis(
+        Category.UNREACHABLE_SEARCH,
+        "proven unsolvable: every goal atom is reachable on its own, but no sequence of actions reaches "
+        f"them all together{extra}; check delete effects and mutually exclusive goal atoms",
+    )
+
+
+def _blocking_precondition(act: Action, facts) -> str | None:
+    preds = {f[0] for f in facts}
+    for atom in _positive_pre(act):
+        if atom[0] not in preds:
+            return to_text(list(atom))
+    pre = _positive_pre(act)
+    return to_text(list(pre[0])) if pre else None

@@ -1,0 +1,450 @@
+"""omtr's own checks, run before any planner process starts.
+
+Fast Downward and VAL accept some malformed specs silently (a wrong predicate arity, an
+undeclared parameter type) or report them misleadingly as unsolvable. The checks here catch
+those in about a millisecond and name the offending element, with a suggestion where one exists.
+They only reject what is genuinely wrong; dubious but legal things become warnings.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from omtr.config import SolverConfig
+from omtr.spec.categories import Category
+from omtr.spec.model import ROOT_TYPE, Domain, Problem, SpecError, atoms_of, parse_domain, parse_problem
+from omtr.spec.sexpr import SList, to_text
+
+KNOWN_REQUIREMENTS = {
+    ":strips", ":typing", ":negative-preconditions", ":disjunctive-preconditions", ":equality",
+    ":existential-preconditions", ":universal-preconditions", ":quantified-preconditions",
+    ":conditional-effects", ":adl", ":derived-predicates", ":action-costs", ":numeric-fluents",
+    ":fluents", ":object-fluents", ":durative-actions", ":duration-inequalities",
+    ":continuous-effects", ":timed-initial-literals", ":preferences", ":constraints",
+    ":domain-axioms", ":action-expansions", ":foreach-expansions", ":dag-expansions",
+    ":safety-constraints", ":expression-evaluation", ":open-world", ":true-negation", ":ucpop",
+}
+NUMERIC_OPS = {"increase", "decrease", "assign", "scale-up", "scale-down"}
+COMPARATORS = {"<", ">", "<=", ">="}
+
+
+@dataclass
+class LintResult:
+    domain: Domain | None = None
+    problem: Problem | None = None
+    error: SpecError | None = None
+    warnings: list[str] = field(default_factory=list)
+    # Facts lint found that explain a later planner failure (e.g. actions that can never fire).
+    hints: list[tuple[Category, str]] = field(default_factory=list)
+
+
+def decode_input(data, what: str, cfg: SolverConfig) -> str:
+    """Turn raw input into text or raise a ``syntax`` SpecError that says what is wrong."""
+    if data is None:
+        raise SpecError(Category.SYNTAX, f"{what}: no text given (None); pass the PDDL text", file=what)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+        if len(data) > cfg.max_file_bytes:
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what}: {len(data)} bytes is larger than the {cfg.max_file_bytes}-byte limit; "
+                "a PDDL file for one task should be far smaller",
+                file=what,
+            )
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what}: not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                "write PDDL as plain ASCII/UTF-8",
+                file=what,
+            ) from None
+    if not isinstance(data, str):
+        raise SpecError(
+            Category.SYNTAX, f"{what}: expected PDDL text, got {type(data).__name__}", file=what
+        )
+    if len(data) > cfg.max_file_bytes and len(data.encode("utf-8", "surrogatepass")) > cfg.max_file_bytes:
+        raise SpecError(
+            Category.SYNTAX,
+            f"{what}: {len(data.encode('utf-8', 'surrogatepass'))} bytes is larger than the "
+            f"{cfg.max_file_bytes}-byte limit; a PDDL file for one task should be far smaller",
+            file=what,
+        )
+    nul = data.find("\x00")
+    if nul >= 0:
+        line = data.count("\n", 0, nul) + 1
+        raise SpecError(
+            Category.SYNTAX, f"{what}: contains a NUL character at line {line}; remove binary data", line, what
+        )
+    if not data.strip():
+        raise SpecError(Category.SYNTAX, f"{what}: empty; expected (define ({what} NAME) ...)", file=what)
+    try:
+        data.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(
+            Category.SYNTAX, f"{what}: contains unpaired surrogate characters; write plain UTF-8 text", file=what
+        ) from None
+    return data
+
+
+def _suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else ""
+
+
+def lint(domain_text, problem_text, cfg: SolverConfig | None = None) -> LintResult:
+    """Parse and check a spec. ``result.error`` is set for a spec the planner must not see."""
+    cfg = cfg or SolverConfig()
+    res = LintResult()
+    try:
+        dtext = decode_input(domain_text, "domain", cfg)
+        ptext = decode_input(problem_text, "problem", cfg)
+        res.domain = dom = parse_domain(dtext, max_depth=cfg.max_nesting)
+        res.problem = prob = parse_problem(ptext, max_depth=cfg.max_nesting)
+        _check_domain(dom, res)
+        _check_problem(dom, prob, res)
+    except SpecError as exc:
+        res.error = exc
+    except RecursionError:  # defensive: nesting is bounded by the reader, formulas by max_nesting
+        res.error = SpecError(Category.SYNTAX, "spec is nested too deeply to analyse; simplify the formulas")
+    return res
+
+
+# ----------------------------------------------------------------------------------------- domain
+
+
+def _check_type(dom: Domain, t: str, where: str, line: int | None) -> None:
+    for member in (t.split(":")[1:] if t.startswith("either:") else [t]):
+        if member != ROOT_TYPE and member not in dom.types:
+            raise SpecError(
+                Category.OBJECT_TYPE,
+                f"type `{member}` used in {where} is not declared in :types{_suggest(member, dom.types)}"
+                + ("" if dom.types else f"; add (:types {member}) and :typing to :requirements"),
+                line,
+            )
+
+
+def _check_domain(dom: Domain, res: LintResult) -> None:
+    for r in dom.requirements:
+        if r not in KNOWN_REQUIREMENTS:
+            res.warnings.append(f"unknown requirement {r} in :requirements")
+    # type hierarchy
+    for t, parent in dom.types.items():
+        _check_type(dom, parent, f"the declaration of type `{t}`", dom.lines.get(f"type:{t}"))
+        seen, cur = {t}, parent
+        while cur in dom.types:
+            if cur in seen:
+                raise SpecError(Category.OBJECT_TYPE, f"type `{t}` is its own ancestor (cycle in :types)", dom.lines.get(f"type:{t}"))
+            seen.add(cur)
+            cur = dom.types[cur]
+    for c, t in dom.constants.items():
+        _check_type(dom, t, f"constant `{c}`", dom.lines.get(f"constant:{c}"))
+    for p, params in dom.predicates.items():
+        for v, t in params:
+            _check_type(dom, t, f"parameter {v} of predicate `{p}`", dom.lines.get(f"predicate:{p}"))
+    if dom.typed is False and any(t != ROOT_TYPE for _, t in _all_params(dom)):
+        res.warnings.append("typed parameters are used but :typing is not in :requirements")
+    used_preds: set[str] = set()
+    for act in dom.actions.values():
+        for v, t in act.parameters:
+            _check_type(dom, t, f"parameter {v} of action `{act.name}`", act.line)
+        scope = dict(act.parameters)
+        for part, formula in (("precondition", act.precondition), ("effect", act.effect)):
+            if formula is None:
+                continue
+            _check_formula(dom, formula, scope, f"action `{act.name}` {part}", used_preds, effect=part == "effect")
+        _action_hints(dom, act, res)
+    for p in dom.predicates:
+        if p not in used_preds:
+            res.warnings.append(f"predicate `{p}` is declared but no action uses it")
+
+
+def _all_params(dom: Domain):
+    for params in dom.predicates.values():
+        yield from params
+    for act in dom.actions.values():
+        yield from act.parameters
+
+
+def _term_type(dom: Domain, term: str, scope: dict[str, str], objects: dict[str, str] | None, where: str, line, goal: bool):
+    """The type of a term, or a SpecError naming what is undeclared."""
+    if term.startswith("?"):
+        if term in scope:
+            return scope[term]
+        raise SpecError(
+            Category.GOAL_CONSTRAINT if goal else Category.PREDICATE_SCHEMA,
+            f"variable {term} in {where} (line {line}) is not a parameter{_suggest(term, scope)}; "
+            "declare it in :parameters or quantify it",
+            line,
+        )
+    if term in dom.constants:
+        return dom.constants[term]
+    if objects is not None and term in objects:
+        return objects[term]
+    if objects is None:
+        raise SpecError(
+            Category.OBJECT_TYPE,
+            f"`{term}` in {where} (line {line}) is neither a parameter nor a declared constant"
+            f"{_suggest(term, list(scope) + list(dom.constants))}; use a ?variable or declare it in :constants",
+            line,
+        )
+    raise SpecError(
+        Category.GOAL_CONSTRAINT if goal else Category.OBJECT_TYPE,
+        f"object `{term}` in {where} is not in :objects{_suggest(term, list(objects) + list(dom.constants))}",
+        line,
+    )
+
+
+def _check_atom(dom: Domain, atom: SList, scope, objects, where: str, used: set[str], goal: bool = False):
+    pred = atom[0]
+    line = atom.line
+    if isinstance(pred, list):
+        raise SpecError(Category.SYNTAX, f"{where}: unexpected nested list at line {line}: {to_text(atom)[:60]}", line)
+    args = atom[1:]
+    for a in args:
+        if isinstance(a, list):
+            raise SpecError(
+                Category.SYNTAX if not goal else Category.GOAL_CONSTRAINT,
+                f"{where}: atom {to_text(atom)[:60]} at line {line} has a nested list as an argument",
+                line,
+            )
+    if pred == "=":
+        if len(args) != 2:
+            raise SpecError(Category.PREDICATE_SCHEMA, f"{where}: (= ...) takes 2 arguments at line {line}", line)
+        for a in args:
+            _term_type(dom, a, scope, objects, where, line, goal)
+        return
+    cat = Category.GOAL_CONSTRAINT if goal else Category.PREDICATE_SCHEMA
+    if pred in dom.predicates:
+        params = dom.predicates[pred]
+    elif pred in dom.types and len(args) == 1:  # a type used as a unary predicate
+        _term_type(dom, args[0], scope, objects, where, line, goal)
+        return
+    else:
+        raise SpecError(
+            cat,
+            f"predicate `{pred}` used in {where} (line {line}) is not declared in :predicates"
+            f"{_suggest(pred, dom.predicates)}",
+            line,
+        )
+    used.add(pred)
+    if len(args) != len(params):
+        sig = " ".join(f"{v} - {t}" if t != ROOT_TYPE else v for v, t in params)
+        raise SpecError(
+            cat,
+            f"predicate `{pred}` takes {len(params)} argument{'s' if len(params) != 1 else ''} ({pred} {sig}) "
+            f"but {to_text(atom)} in {where} (line {line}) gives {len(args)}",
+            line,
+        )
+    for a, (v, t) in zip(args, params):
+        at = _term_type(dom, a, scope, objects, where, line, goal)
+        if t != ROOT_TYPE and not dom.is_subtype(at, t):
+            raise SpecError(
+                Category.GOAL_CONSTRAINT if goal else Category.OBJECT_TYPE,
+                f"{to_text(atom)} in {where} (line {line}): `{a}` has type `{at}` but parameter {v} of `{pred}` "
+                f"needs `{t}`",
+                line,
+            )
+
+
+def _check_formula(dom, f, scope, where, used, *, objects=None, effect=False, goal=False):
+    if not isinstance(f, list):
+        raise SpecError(Category.SYNTAX, f"{where}: expected a formula, found `{f}`")
+    if not f:
+        return  # () is the empty conjunction
+    h = f[0]
+    line = f.line
+    if isinstance(h, list):
+        raise SpecError(
+            Category.SYNTAX,
+            f"{where}: a formula at line {line} starts with '(('; did you forget `and`?",
+            line,
+        )
+    if h in ("and",):
+        for g in f[1:]:
+            _check_formula(dom, g, scope, where, used, objects=objects, effect=effect, goal=goal)
+    elif h == "not":
+        if len(f) != 2:
+            raise SpecError(Category.SYNTAX, f"{where}: (not ...) takes exactly one formula at line {line}", line)
+        _check_formula(dom, f[1], scope, where, used, objects=objects, effect=effect, goal=goal)
+    elif h in ("or", "imply") and not effect:
+        for g in f[1:]:
+            _check_formula(dom, g, scope, where, used, objects=objects, goal=goal)
+    elif h in ("exists", "forall"):
+        from omtr.spec.model import parse_typed_list
+
+        if len(f) != 3 or not isinstance(f[1], list):
+            raise SpecError(Category.SYNTAX, f"{where}: ({h} (?v - type) FORMULA) expected at line {line}", line)
+        if effect and h == "exists":
+            raise SpecError(Category.PREDICATE_SCHEMA, f"{where}: `exists` is not allowed in an effect (line {line})", line)
+        vs = parse_typed_list(f[1], f"{where} {h}", allow_vars=True)
+        for v, t in vs:
+            _check_type(dom, t, f"{where} {h}", line)
+        _check_formula(dom, f[2], {**scope, **dict(vs)}, where, used, objects=objects, effect=effect, goal=goal)
+    elif h == "when" and effect:
+        if len(f) != 3:
+            raise SpecError(Category.SYNTAX, f"{where}: (when CONDITION EFFECT) expected at line {line}", line)
+        _check_formula(dom, f[1], scope, where, used, objects=objects, goal=goal)
+        _check_formula(dom, f[2], scope, where, used, objects=objects, effect=True, goal=goal)
+    elif h in NUMERIC_OPS and effect:
+        if len(f) != 3 or not isinstance(f[1], list) or f[1].head not in dom.functions:
+            fname = f[1].head if len(f) > 1 and isinstance(f[1], list) else f[1] if len(f) > 1 else "?"
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"{where}: ({h} ...) at line {line} needs a function declared in :functions, found `{fname}`",
+                line,
+            )
+    elif h in COMPARATORS and not effect:
+        return
+    elif h in ("or", "imply", "when", "exists") or h in NUMERIC_OPS:
+        raise SpecError(
+            Category.PREDICATE_SCHEMA,
+            f"{where}: `{h}` is not allowed here (line {line})",
+            line,
+        )
+    else:
+        _check_atom(dom, f, scope, objects, where, used, goal=goal)
+
+
+def _conj_literals(f):
+    """Top-level literals of a conjunction: [(atom, negated)]; None for other shapes."""
+    if not isinstance(f, list) or not f:
+        return []
+    if f.head == "and":
+        out = []
+        for g in f[1:]:
+            sub = _conj_literals(g)
+            if sub is None:
+                return None
+            out.extend(sub)
+        return out
+    if f.head == "not" and len(f) == 2 and isinstance(f[1], list) and f[1].head not in ("and", "or", "not", "imply", "exists", "forall"):
+        return [(tuple(f[1]), True)]
+    if f.head in ("or", "imply", "exists", "forall", "not", "when") or f.head in COMPARATORS:
+        return None
+    return [(tuple(f), False)]
+
+
+def _action_hints(dom: Domain, act, res: LintResult) -> None:
+    pre = _conj_literals(act.precondition) or []
+    pos = {a for a, n in pre if not n}
+    neg = {a for a, n in pre if n}
+    both = pos & neg
+    if both:
+        atom = sorted(both)[0]
+        msg = (
+            f"action `{act.name}` can never fire: its precondition requires both {to_text(list(atom))} "
+            f"and (not {to_text(list(atom))})"
+        )
+        res.warnings.append(msg)
+        res.hints.append((Category.PRECONDITION_EFFECT, msg))
+
+
+# ---------------------------------------------------------------------------------------- problem
+
+
+def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
+    if prob.domain_name != dom.name:
+        raise SpecError(
+            Category.SYNTAX,
+            f"problem says (:domain {prob.domain_name}) but the domain is named `{dom.name}`; make them equal",
+            None,
+        )
+    line = prob.lines.get(":objects")
+    for o, t in prob.objects.items():
+        _check_type(dom, t, f"the declaration of object `{o}`", line)
+        if o in dom.constants and dom.constants[o] != t:
+            raise SpecError(
+                Category.OBJECT_TYPE,
+                f"object `{o}` is declared with type `{t}` but is also a domain constant of type `{dom.constants[o]}`",
+                line,
+            )
+    used: set[str] = set()
+    init_atoms: set[tuple] = set()
+    for a in prob.init:
+        if a.head == "not":
+            raise SpecError(
+                Category.SYNTAX,
+                f"problem :init: {to_text(a)} at line {a.line}: the initial state lists only true atoms; "
+                "drop negated atoms (anything not listed is false)",
+                a.line,
+            )
+        if a.head == "=":  # numeric fluent initialisation (= (total-cost) 0)
+            if len(a) == 3 and isinstance(a[1], list) and a[1].head in dom.functions:
+                continue
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"problem :init: {to_text(a)[:60]} at line {a.line} must set a function declared in :functions",
+                a.line,
+            )
+        for t in a[1:]:
+            if isinstance(t, str) and t.startswith("?"):
+                raise SpecError(
+                    Category.SYNTAX,
+                    f"problem :init: {to_text(a)} at line {a.line} contains the variable {t}; the initial state is ground",
+                    a.line,
+                )
+        _check_atom(dom, a, {}, prob.objects, ":init", used)
+        init_atoms.add(tuple(a))
+    _check_formula(dom, prob.goal, {}, ":goal", used, objects=prob.objects, goal=True)
+    _check_goal_static(dom, prob, init_atoms, res)
+    _check_unused(dom, prob, res)
+
+
+def _effect_predicates(dom: Domain) -> tuple[set[str], set[str]]:
+    adds, dels = set(), set()
+    for act in dom.actions.values():
+        for atom, neg, _ in atoms_of(act.effect):
+            (dels if neg else adds).add(atom[0])
+    return adds, dels
+
+
+def _check_goal_static(dom: Domain, prob: Problem, init_atoms: set[tuple], res: LintResult) -> None:
+    lits = _conj_literals(prob.goal)
+    if lits is None:
+        return
+    adds, dels = _effect_predicates(dom)
+    def _is_type_atom(atom):
+        return atom[0] in dom.types and atom[0] not in dom.predicates
+
+    for atom, neg in lits:
+        if atom[0] == "=":
+            continue
+        text = to_text(list(atom))
+        if _is_type_atom(atom):
+            continue
+        if not neg and atom not in init_atoms and atom[0] not in adds:
+            raise SpecError(
+                Category.GOAL_CONSTRAINT,
+                f"goal atom {text} can never become true: it is false initially and no action adds `{atom[0]}`"
+                + (" (the predicate never changes, it is static)" if atom[0] not in dels else "")
+                + "; add an action effect that makes it true or fix the goal",
+                prob.lines.get(":goal"),
+            )
+        if neg and atom in init_atoms and atom[0] not in dels:
+            raise SpecError(
+                Category.GOAL_CONSTRAINT,
+                f"goal (not {text}) can never hold: {text} is true initially and no action deletes `{atom[0]}`",
+                prob.lines.get(":goal"),
+            )
+    if lits and all((a in init_atoms) != n for a, n in lits if a[0] != "="):
+        res.warnings.append(
+            "goal is already true in the initial state: the empty plan solves it (likely a solver-facing "
+            "shortcut, not the task)"
+        )
+
+
+def _check_unused(dom: Domain, prob: Problem, res: LintResult) -> None:
+    mentioned: set[str] = set()
+    for a in prob.init:
+        mentioned.update(x for x in a[1:] if isinstance(x, str))
+    for atom, _, _ in atoms_of(prob.goal):
+        mentioned.update(x for x in atom[1:] if isinstance(x, str))
+    unused = [o for o in prob.objects if o not in mentioned]
+    if unused:
+        res.warnings.append(
+            f"object{'s' if len(unused) > 1 else ''} {', '.join('`%s`' % o for o in unused[:5])} "
+            "appear in neither :init nor :goal"
+        )
