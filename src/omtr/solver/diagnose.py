@@ -81,7 +81,7 @@ def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0)
         while changed:
             changed = False
             for act, pre, adds in schemas:
-                for binding in _bindings(act, pre, index, by_type, deadline):
+                for binding in list(_bindings(act, pre, index, by_type, deadline)):
                     fired.add(act.name)
                     for eff in adds:
                         g = (eff[0],) + tuple(binding.get(t, t) for t in eff[1:])
@@ -176,13 +176,10 @@ def diagnose_unsolvable(dom: Domain, prob: Problem, hints=()) -> Diagnosis:
             )
         dead = [a for a in achievers if a in never]
         if dead and len(dead) == len(achievers):
-            act = dom.actions[dead[0]]
-            blocker = _blocking_precondition(act, facts)
+            chain = _dead_chain(dom, dom.actions[dead[0]], facts, never)
             return Diagnosis(
                 Category.PRECONDITION_EFFECT,
-                f"goal atom {text} needs action `{act.name}`, which can never fire"
-                + (f": its precondition {blocker} is never true" if blocker else "")
-                + "; relax that precondition or make an action achieve it",
+                f"goal atom {text} needs action {chain}; relax that precondition or make an action achieve it",
             )
         return Diagnosis(
             Category.GOAL_CONSTRAINT,
@@ -198,6 +195,21 @@ def diagnose_unsolvable(dom: Domain, prob: Problem, hints=()) -> Diagnosis:
         "proven unsolvable: every goal atom is reachable on its own, but no sequence of actions reaches "
         f"them all together{extra}; check delete effects and mutually exclusive goal atoms",
     )
+
+
+def _dead_chain(dom: Domain, act: Action, facts, never, seen: frozenset = frozenset()) -> str:
+    """Explain why ``act`` never fires, following dead achievers back to the root cause."""
+    blocker = _blocking_precondition(act, facts)
+    text = f"`{act.name}`, which can never fire"
+    if not blocker:
+        return text
+    text += f": its precondition {blocker} is never true"
+    pred = blocker[1:].split()[0].rstrip(")")
+    achievers = [a for a in dom.actions.values() if any(e[0] == pred for e in _add_effects(a))]
+    seen = seen | {act.name}
+    if achievers and all(a.name in never for a in achievers) and achievers[0].name not in seen and len(seen) < 4:
+        text += f", because `{pred}` is only added by " + _dead_chain(dom, achievers[0], facts, never, seen)
+    return text
 
 
 def _blocking_precondition(act: Action, facts) -> str | None:

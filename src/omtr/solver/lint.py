@@ -37,6 +37,8 @@ class LintResult:
     warnings: list[str] = field(default_factory=list)
     # Facts lint found that explain a later planner failure (e.g. actions that can never fire).
     hints: list[tuple[Category, str]] = field(default_factory=list)
+    domain_text: str | None = None  # the decoded input
+    problem_text: str | None = None
 
 
 def decode_input(data, what: str, cfg: SolverConfig) -> str:
@@ -101,6 +103,7 @@ def lint(domain_text, problem_text, cfg: SolverConfig | None = None) -> LintResu
     try:
         dtext = decode_input(domain_text, "domain", cfg)
         ptext = decode_input(problem_text, "problem", cfg)
+        res.domain_text, res.problem_text = dtext, ptext
         res.domain = dom = parse_domain(dtext, max_depth=cfg.max_nesting)
         res.problem = prob = parse_problem(ptext, max_depth=cfg.max_nesting)
         _check_domain(dom, res)

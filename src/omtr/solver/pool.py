@@ -223,7 +223,8 @@ class SolverPool:
                 out[idx] = v
                 bar.update()
                 continue
-            key = spec_key(domain, problem, cfg)  # lint succeeded, so both are str
+            domain, problem = res.domain_text, res.problem_text  # decoded text
+            key = spec_key(domain, problem, cfg)
             hit = self.cache.get(key) if self.cache is not None and cfg.cache else None
             if hit is not None:
                 hit.timings = {"lint_ms": ms, "total_ms": (time.perf_counter() - t0) * 1000}

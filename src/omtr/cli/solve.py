@@ -1,0 +1,149 @@
+"""``omtr solve``: the environment's verdict for one spec or a batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr solve domain.pddl problem.pddl
+  omtr solve domain.pddl problem.pddl --time-limit 10 --search 'astar(lmcut())'
+  omtr solve --batch specs.jsonl --out verdicts.jsonl --workers 2
+  omtr solve --batch specs.jsonl --out verdicts.jsonl --resume   # continue a stopped batch
+
+Each batch line is {"id": ..., "domain": "<PDDL text>", "problem": "<PDDL text>"}; each output
+line is {"id": ..., <verdict>}. The exit status is 0 whenever verdicts were produced.
+"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "solve",
+        help="run the planner environment on a spec (verdict as JSON)",
+        description="Lint, plan (Fast Downward) and validate (VAL) a PDDL domain + problem; print the verdict.",
+        examples=EXAMPLES,
+    )
+    p.add_argument("domain", nargs="?", help="domain PDDL file")
+    p.add_argument("problem", nargs="?", help="problem PDDL file")
+    p.add_argument("--batch", metavar="SPECS.jsonl", help="solve every line of a JSONL file")
+    p.add_argument("--out", metavar="VERDICTS.jsonl", help="where batch verdicts go (required with --batch)")
+    p.add_argument("--workers", type=int, default=1, help="solver worker processes (default 1)")
+    p.add_argument("--resume", action="store_true", help="keep --out and skip ids already in it")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
+    p.add_argument("--memory-limit", type=int, metavar="MB", help="planner memory limit in MiB (default 4096)")
+    p.add_argument("--search", metavar="STR", help="Fast Downward alias or search string (default lama-first)")
+    p.add_argument("--no-cache", action="store_true", help="do not answer from the result cache")
+    p.add_argument("--cache-dir", metavar="DIR", help="keep the result cache on disk in DIR")
+    p.set_defaults(handler=run)
+
+
+def _config(args):
+    from omtr.config import ConfigError, SolverConfig
+
+    try:
+        return SolverConfig().replace(
+            time_limit_s=args.time_limit, memory_limit_mb=args.memory_limit, search=args.search,
+            cache=False if args.no_cache else None, cache_dir=args.cache_dir,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"{path}: is a directory, expected a PDDL file") from None
+    except PermissionError:
+        raise CliError(f"{path}: permission denied") from None
+
+
+def run(args) -> int:
+    if args.workers < 1:
+        raise CliError("--workers must be at least 1")
+    cfg = _config(args)
+    if args.batch:
+        if args.domain or args.problem:
+            raise CliError("give either DOMAIN PROBLEM or --batch, not both")
+        return _batch(args, cfg)
+    if not (args.domain and args.problem):
+        raise CliError("need DOMAIN and PROBLEM files (or --batch SPECS.jsonl); see omtr solve --help")
+    domain, problem = _read(args.domain), _read(args.problem)
+    from omtr.solver import solve_many
+
+    v = solve_many([(domain, problem)], workers=1, config=cfg)[0]
+    json.dump(v.to_json(), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _batch(args, cfg) -> int:
+    import logging
+
+    from omtr.solver import SolverPool, Verdict
+    from omtr.spec.categories import Category
+
+    log = logging.getLogger("omtr.solve")
+    if not args.out:
+        raise CliError("--batch needs --out VERDICTS.jsonl")
+    if not os.path.exists(args.batch):
+        raise CliError(f"{args.batch}: no such file")
+    done: set[str] = set()
+    if os.path.exists(args.out):
+        if args.resume:
+            with open(args.out, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        done.add(str(json.loads(line)["id"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a line cut short by a kill: solved again
+        elif not args.overwrite:
+            raise CliError(f"{args.out} exists; pass --resume to continue it or --overwrite to replace it")
+    items: list[tuple[str, object, object]] = []
+    bad: list[tuple[str, str]] = []
+    with open(args.batch, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                if not isinstance(rec, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                bad.append((f"line-{n}", f"{args.batch} line {n} is not a JSON object ({exc}); "
+                                         "expected {\"id\", \"domain\", \"problem\"}"))
+                continue
+            rid = str(rec.get("id", f"line-{n}"))
+            if rid in done:
+                continue
+            missing = [k for k in ("domain", "problem") if not isinstance(rec.get(k), str)]
+            if missing:
+                bad.append((rid, f"{args.batch} line {n} (id {rid}): field {missing[0]!r} is missing or not a string"))
+                continue
+            items.append((rid, rec["domain"], rec["problem"]))
+    mode = "a" if args.resume else "w"
+    chunk = max(16, 8 * args.workers)
+    with open(args.out, mode, encoding="utf-8") as out, SolverPool(args.workers, cfg) as pool:
+        for rid, msg in bad:
+            v = Verdict.failure(Category.SYNTAX, msg, stage="input")
+            out.write(json.dumps({"id": rid, **v.to_json()}) + "\n")
+        from omtr.progress import Progress
+
+        bar = Progress(len(items), "solving", quiet=args.quiet)
+        for start in range(0, len(items), chunk):
+            part = items[start:start + chunk]
+            verdicts = pool.solve_many([(d, p) for _, d, p in part], cfg)
+            for (rid, _, _), v in zip(part, verdicts):
+                out.write(json.dumps({"id": rid, **v.to_json()}) + "\n")
+            out.flush()  # a killed run keeps every finished chunk; --resume continues
+            bar.update(len(part))
+        bar.close()
+    log.info("wrote %d verdicts to %s (%d malformed lines, %d skipped as done)",
+             len(items) + len(bad), args.out, len(bad), len(done))
+    return 0

@@ -1,0 +1,194 @@
+"""Import PlanBench's own files (configs, domain PDDL, instances, one-shot prompts) as task records.
+
+PlanBench (Valmeekam et al., NeurIPS 2023 Datasets and Benchmarks; github.com/karthikv792/LLMs-Planning,
+folder ``plan-bench/``) states each instance in natural language by rendering its PDDL with the
+templates of ``configs/<dom>.yaml``: the init and goal atoms are each sorted by "predicate args",
+rendered with ``predicates[pred]`` and the object names of ``encoded_objects`` (atoms whose template
+is empty are dropped), and joined as "x, y and z"; for the BlocksWorld configs '-' becomes a space.
+The domain text is the config's ``domain_intro``, except where the one-shot prompts carry a longer
+version (Logistics adds examples); the prompt version is the one models were evaluated on, so it
+wins. The task's ``nl`` is ``domain text + "\\n[STATEMENT]\\n" + statement``, as in the prompts.
+
+Point omtr at a checkout with ``omtr tasks import-planbench PATH/plan-bench`` (or a folder holding
+``configs/``, ``instances/`` and optionally ``prompts/`` and ``plan_generation/``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+from omtr.tasks.generators import STATEMENT_SEP, join_facts
+from omtr.tasks.records import ReferenceSpec, Task
+from omtr.tasks.strips import problem_atoms
+
+log = logging.getLogger(__name__)
+
+# PlanBench config name -> omtr family
+CONFIGS = {
+    "blocksworld": "blocksworld",
+    "blocksworld_3": "blocksworld",
+    "mystery_blocksworld": "mystery_blocksworld",
+    "mystery_blocksworld_3": "mystery_blocksworld",
+    "logistics": "logistics",
+    "depots": "depots",
+}
+
+
+class PlanBenchError(ValueError):
+    """A PlanBench folder that cannot be imported; the message says what is missing."""
+
+
+def find_root(path: str | Path) -> Path:
+    """The PlanBench data folder at ``path`` (or at ``path/planbench``)."""
+    p = Path(path)
+    for cand in (p, p / "planbench", p / "plan-bench"):
+        if (cand / "configs").is_dir() and (cand / "instances").is_dir():
+            return cand
+    raise PlanBenchError(
+        f"{p} is not a PlanBench folder (expected configs/ and instances/ inside). PlanBench comes from "
+        "github.com/karthikv792/LLMs-Planning (folder plan-bench/); clone it and pass that folder, "
+        "or set OMTR_BENCHMARKS to a folder holding planbench/"
+    )
+
+
+def select_configs(names: list[str] | None) -> list[str]:
+    """Config names for a list of families or config names (None: all)."""
+    if not names:
+        return list(CONFIGS)
+    out: list[str] = []
+    for n in names:
+        hits = [c for c, fam in CONFIGS.items() if n in (c, fam)]
+        if not hits:
+            raise PlanBenchError(f"unknown PlanBench family {n!r}; choose from {sorted(set(CONFIGS) | set(CONFIGS.values()))}")
+        out.extend(h for h in hits if h not in out)
+    return out
+
+
+def _load_yaml(path: Path) -> dict:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _object_name(obj: str, encoded: dict[str, str]) -> str:
+    if obj in encoded:
+        return encoded[obj]
+    keys = sorted((k for k in encoded if obj.startswith(k)), key=len, reverse=True)
+    if not keys:
+        raise PlanBenchError(f"object {obj!r} has no entry in the config's encoded_objects")
+    return encoded[keys[0]].format(*re.findall(r"\d+", obj[len(keys[0]):]))
+
+
+def render_facts(atoms, config: dict, blocks_style: bool) -> str:
+    preds: dict[str, str] = config["predicates"]
+    encoded: dict[str, str] = {str(k): v for k, v in config["encoded_objects"].items()}
+    facts = []
+    for atom in sorted(atoms, key=lambda a: a[0] + " " + " ".join(a[1:])):
+        template = preds.get(atom[0])
+        if template is None:
+            raise PlanBenchError(f"predicate {atom[0]!r} has no template in the config")
+        if not template:
+            continue
+        facts.append(template.format(*[_object_name(x, encoded) for x in atom[1:]]))
+    text = join_facts(facts)
+    if blocks_style:
+        text = text.replace("-", " ").replace("ontable", "on the table")
+    return text
+
+
+def render_statement(problem_text: str, config: dict, blocks_style: bool) -> tuple[str, int]:
+    objects, init, goal = problem_atoms(problem_text)
+    stmt = (
+        f"As initial conditions I have that, {render_facts(init, config, blocks_style)}.\n"
+        f"My goal is to have that {render_facts(goal, config, blocks_style)}."
+    )
+    return stmt, len(objects)
+
+
+def _prompt_domain_text(root: Path, name: str) -> str | None:
+    path = root / "prompts" / name / "task_1_plan_generation.json"
+    if not path.exists():
+        return None
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    texts = {inst["query"].split(STATEMENT_SEP, 1)[0] for inst in data.get("instances", []) if STATEMENT_SEP in inst.get("query", "")}
+    if len(texts) != 1:
+        log.warning("prompts/%s: %d different domain texts; using the config's domain_intro", name, len(texts))
+        return None
+    return texts.pop()
+
+
+def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
+    path = root / "plan_generation" / f"{name}.jsonl"
+    out: dict[int, list[str]] = {}
+    if path.exists():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    row = json.loads(line)
+                    out[int(row["instance_id"])] = list(row["gold_plan"])
+    return out
+
+
+def import_config(root: str | Path, name: str, *, split: str | None = "test") -> list[Task]:
+    """Task records for every ``instance-N.pddl`` (N >= 1) of one PlanBench config."""
+    root = find_root(root)
+    cfg_path = root / "configs" / f"{name}.yaml"
+    if not cfg_path.exists():
+        raise PlanBenchError(f"{cfg_path} is missing; cannot import {name}")
+    config = _load_yaml(cfg_path)
+    inst_dir = root / "instances" / config["instance_dir"]
+    domain_path = root / "instances" / config["domain_file"]
+    if not inst_dir.is_dir() or not domain_path.exists():
+        raise PlanBenchError(f"{name}: {inst_dir} or {domain_path} is missing")
+    domain_text = domain_path.read_text(encoding="utf-8")
+    nl_domain = _prompt_domain_text(root, name) or config["domain_intro"]
+    gold = _gold_plans(root, name)
+    pattern = re.compile(config.get("instances_template", "instance-{}.pddl").replace(".", r"\.").replace("{}", r"(\d+)") + "$")
+    files = sorted(
+        ((int(m.group(1)), f) for f in inst_dir.iterdir() if (m := pattern.match(f.name))), key=lambda x: x[0]
+    )
+    blocks_style = "blocksworld" in name
+    family = CONFIGS.get(name, name)
+    tasks = []
+    for iid, f in files:
+        if iid < 1:  # instance-0 of Mystery is not part of PlanBench's instance range
+            continue
+        problem_text = f.read_text(encoding="utf-8")
+        stmt, n_objects = render_statement(problem_text, config, blocks_style)
+        meta = {
+            "source": f"planbench/{name}/{f.name}",
+            "variant": name,
+            "instance_id": iid,
+            "n_objects": n_objects,
+        }
+        if iid in gold:
+            meta["gold_plan"] = gold[iid]
+            meta["plan_length"] = len(gold[iid])
+        tasks.append(
+            Task(
+                id=f"planbench-{name}-{iid}",
+                family=family,
+                split=split,
+                nl=nl_domain + STATEMENT_SEP + stmt,
+                reference=ReferenceSpec(domain_text, problem_text),
+                meta=meta,
+            )
+        )
+    log.info("planbench %s: %d tasks", name, len(tasks))
+    return tasks
+
+
+def import_planbench(root: str | Path, families: list[str] | None = None, *, split: str | None = "test") -> list[Task]:
+    root = find_root(root)
+    tasks: list[Task] = []
+    for name in select_configs(families):
+        if not (root / "configs" / f"{name}.yaml").exists():
+            log.warning("planbench: no configs/%s.yaml; skipped", name)
+            continue
+        tasks.extend(import_config(root, name, split=split))
+    return tasks
