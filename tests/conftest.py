@@ -1,0 +1,52 @@
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+# Every process this test session starts inherits this tag, so leak checks look only at our own
+# planner processes even on a machine where other solver runs are going on.
+TAG = f"omtr-test-{uuid.uuid4().hex}"
+os.environ["OMTR_TEST_TAG"] = TAG
+
+
+def _benchmarks() -> Path:
+    env = os.environ.get("OMTR_BENCHMARKS")
+    root = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+    return root
+
+
+@pytest.fixture(scope="session")
+def benchmarks() -> Path:
+    root = _benchmarks()
+    if not (root / "planbench").is_dir():
+        pytest.fail(f"PlanBench data not found at {root}; set OMTR_BENCHMARKS")
+    return root
+
+
+def planner_processes() -> list[int]:
+    """PIDs of live Fast Downward search or VAL processes started by this test session."""
+    from omtr.solver.proc import search_binary, validate_binary
+
+    targets = (search_binary(), validate_binary())
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\x00")[0].decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if argv0 not in targets or state == "Z":
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                mine = TAG.encode() in f.read()
+        except OSError:
+            continue
+        if mine:
+            pids.append(int(entry))
+    return pids
