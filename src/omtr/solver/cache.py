@@ -35,6 +35,22 @@ def spec_key(domain: str, problem: str, cfg: SolverConfig) -> str:
     return h.hexdigest()
 
 
+def exact_key(domain, problem, cfg: SolverConfig) -> str:
+    """Key of the byte-identical spec (any input type); lets a repeat skip lint entirely."""
+    h = hashlib.sha256(b"exact\x00")
+    for part in (domain, problem):
+        if isinstance(part, str):
+            part = part.encode("utf-8", "surrogatepass")
+        elif not isinstance(part, (bytes, bytearray)):
+            part = repr(part).encode()
+        h.update(hashlib.sha256(part).digest())
+    for part in (cfg.search, repr(cfg.time_limit_s), str(cfg.memory_limit_mb), str(cfg.validate),
+                 str(cfg.max_file_bytes), str(cfg.max_nesting)):
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
 def cacheable(v: Verdict) -> bool:
     return not (v.timed_out or v.memory_out)
 

@@ -9,9 +9,11 @@ They only reject what is genuinely wrong; dubious but legal things become warnin
 from __future__ import annotations
 
 import difflib
+import time
 from dataclasses import dataclass, field
 
 from omtr.config import SolverConfig
+from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 from omtr.spec.model import ROOT_TYPE, Domain, Problem, SpecError, atoms_of, parse_domain, parse_problem
 from omtr.spec.sexpr import SList, to_text
@@ -451,3 +453,16 @@ def _check_unused(dom: Domain, prob: Problem, res: LintResult) -> None:
             f"object{'s' if len(unused) > 1 else ''} {', '.join('`%s`' % o for o in unused[:5])} "
             "appear in neither :init nor :goal"
         )
+
+
+def lint_verdict(domain, problem, cfg: SolverConfig):
+    """(verdict or None, lint result, lint ms)."""
+    t0 = time.perf_counter()
+    res = lint(domain, problem, cfg)
+    ms = (time.perf_counter() - t0) * 1000
+    if res.error is not None:
+        e = res.error
+        v = Verdict.failure(e.category, e.message, stage="lint", warnings=res.warnings)
+        v.timings = {"lint_ms": ms, "total_ms": ms}
+        return v, res, ms
+    return None, res, ms

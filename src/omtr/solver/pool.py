@@ -10,96 +10,57 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing as mp
 import os
 import queue
-import resource
 import threading
 import time
 from typing import Iterable, Sequence
 
 from omtr.config import SolverConfig
-from omtr.solver.cache import ResultCache, spec_key
-from omtr.solver.lint import lint
+from omtr.solver.cache import ResultCache, exact_key, spec_key
+from omtr.solver.lint import lint_verdict
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 
 log = logging.getLogger(__name__)
 
 
-def _lint_verdict(domain, problem, cfg: SolverConfig):
-    """(verdict or None, lint result, lint ms)."""
-    t0 = time.perf_counter()
-    res = lint(domain, problem, cfg)
-    ms = (time.perf_counter() - t0) * 1000
-    if res.error is not None:
-        e = res.error
-        v = Verdict.failure(e.category, e.message, stage="lint", warnings=res.warnings)
-        v.timings = {"lint_ms": ms, "total_ms": ms}
-        return v, res, ms
-    return None, res, ms
-
-
-# ------------------------------------------------------------------------------------- worker
-
-
-def _worker_main(conn, memory_limit_mb: int) -> None:
-    from omtr.solver import proc
-    from omtr.solver.pipeline import run_planner, warm_translator
-
-    proc.die_with_parent()
-    warm_translator()
-    proc.search_binary()
-    proc.validate_binary()
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if msg is None:
-            return
-        job_id, domain, problem, cfg_dict = msg
-        cfg = SolverConfig(**cfg_dict)
-        _limit_own_memory(cfg.memory_limit_mb)
-        _, res, lint_ms = _lint_verdict(domain, problem, cfg)
-        try:
-            v = run_planner(domain, problem, cfg, res)
-        except Exception as exc:  # noqa: BLE001 - a bug must become a verdict, not a dead fleet
-            log.exception("solver worker failed on a spec")
-            v = Verdict.failure(Category.UNREACHABLE_SEARCH, f"internal solver error: {type(exc).__name__}: {exc}",
-                                stage="internal")
-        v.timings["lint_ms"] = lint_ms
-        conn.send((job_id, v.to_json()))
-        if v.memory_out and v.stage == "translate":
-            return  # the translator ran out of memory in this process: start afresh
-
-
-def _limit_own_memory(memory_mb: int) -> None:
-    """The in-process translator may use ``memory_mb`` on top of what the worker already maps.
-
-    Only the soft limit moves (it may go up again for the next job); planner subprocesses set
-    their own limits.
-    """
-    try:
-        with open("/proc/self/statm") as f:
-            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = vm_bytes + memory_mb * 1024 * 1024
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    except (OSError, ValueError):
-        pass
-
-
 class _Worker:
-    def __init__(self, ctx, memory_limit_mb: int):
-        self.parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True)
-        self.process.start()
-        child.close()
+    """One worker: ``python -m omtr.solver.worker FD`` speaking pickles over a socket pair.
+
+    A plain subprocess (not multiprocessing's spawn) so that the caller's ``__main__`` module is
+    never re-imported in the worker.
+    """
+
+    def __init__(self, memory_limit_mb: int):
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        from omtr.solver import proc
+
+        mine, theirs = socket.socketpair()
+        env = dict(os.environ)
+        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "omtr.solver.worker", str(theirs.fileno()), str(memory_limit_mb)],
+            pass_fds=(theirs.fileno(),),
+            preexec_fn=proc.die_with_parent,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.parent = Connection(mine.detach())
         self.ready = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         if self.ready:
@@ -112,9 +73,9 @@ class _Worker:
         self.ready = True
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.alive():
             self.process.kill()
-        self.process.join(timeout=5)
+        self.process.wait(timeout=10)
         self.parent.close()
 
     def stop(self) -> None:
@@ -122,10 +83,11 @@ class _Worker:
             self.parent.send(None)
         except (OSError, BrokenPipeError):
             pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
+        try:
+            self.process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - still running: make sure it goes
             self.process.kill()
-            self.process.join(timeout=5)
+            self.process.wait(timeout=5)
         self.parent.close()
 
 
@@ -142,7 +104,6 @@ class SolverPool:
         self.cache = cache if cache is not None else (
             ResultCache(self.config.cache_max_entries, self.config.cache_dir) if self.config.cache else None
         )
-        self._ctx = mp.get_context("spawn")
         self._jobs: queue.Queue = queue.Queue()
         self._workers = [self._new_worker() for _ in range(workers)]
         for w in self._workers:
@@ -156,14 +117,14 @@ class SolverPool:
             t.start()
 
     def _new_worker(self) -> _Worker:
-        return _Worker(self._ctx, self.config.memory_limit_mb)
+        return _Worker(self.config.memory_limit_mb)
 
     @property
     def workers(self) -> int:
         return len(self._workers)
 
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        return [w.pid for w in self._workers]
 
     # ------------------------------------------------------------------ dispatch (one thread each)
     def _dispatch(self, i: int) -> None:
@@ -172,6 +133,7 @@ class SolverPool:
             if item is None:
                 return
             domain, problem, cfg, done = item
+            done.started = time.perf_counter()
             done.set_result(self._run_on_worker(i, domain, problem, cfg))
 
     def _run_on_worker(self, i: int, domain: str, problem: str, cfg: SolverConfig) -> Verdict:
@@ -184,7 +146,7 @@ class SolverPool:
             if w.parent.poll(deadline_s):
                 _, d = w.parent.recv()
                 v = Verdict.from_json(d)
-                if not w.process.is_alive() or v.memory_out and v.stage == "translate":
+                if not w.alive() or v.memory_out and v.stage == "translate":
                     self._replace(i)
                 return v
             self._replace(i)
@@ -194,7 +156,7 @@ class SolverPool:
                 stage="search", timed_out=True, timings={"total_ms": (time.perf_counter() - t0) * 1000},
             )
         except (EOFError, OSError, BrokenPipeError):
-            code = w.process.exitcode
+            code = w.process.poll()
             self._replace(i)
             return Verdict.failure(
                 Category.UNREACHABLE_SEARCH,
@@ -227,19 +189,32 @@ class SolverPool:
         futures: dict[str, _Future] = {}
         lint_ms: dict[int, float] = {}
         bar = Progress(len(specs), "solving", quiet=not progress)
+        use_cache = self.cache is not None and cfg.cache
+        exact_keys: dict[int, str] = {}
         for idx, spec in enumerate(specs):
             t0 = time.perf_counter()
             domain, problem = spec[0], spec[1]
-            v, res, ms = _lint_verdict(domain, problem, cfg)
+            if use_cache:  # byte-identical spec seen before: no lint, no planner
+                exact = exact_keys[idx] = exact_key(domain, problem, cfg)
+                hit = self.cache.get(exact)
+                if hit is not None:
+                    hit.timings = {"total_ms": (time.perf_counter() - t0) * 1000}
+                    out[idx] = hit
+                    bar.update()
+                    continue
+            v, res, ms = lint_verdict(domain, problem, cfg)
             if v is not None:
+                if use_cache:
+                    self.cache.put(exact_keys[idx], v)
                 out[idx] = v
                 bar.update()
                 continue
             domain, problem = res.domain_text, res.problem_text  # decoded text
             key = spec_key(domain, problem, cfg)
-            hit = self.cache.get(key) if self.cache is not None and cfg.cache else None
+            hit = self.cache.get(key) if use_cache else None
             if hit is not None:
                 hit.timings = {"lint_ms": ms, "total_ms": (time.perf_counter() - t0) * 1000}
+                self.cache.put(exact_keys[idx], hit)
                 out[idx] = hit
                 bar.update()
                 continue
@@ -248,14 +223,16 @@ class SolverPool:
                 pending[key].append(idx)
                 continue
             pending[key] = [idx]
-            fut = futures[key] = _Future(time.perf_counter())
+            fut = futures[key] = _Future()
             self._jobs.put((domain, problem, cfg, fut))
         for key, idxs in pending.items():
             fut = futures[key]
             v = fut.result()
             v.timings["total_ms"] = (fut.finished - fut.started) * 1000
-            if self.cache is not None and cfg.cache:
+            if use_cache:
                 self.cache.put(key, v)
+                for idx in idxs:
+                    self.cache.put(exact_keys[idx], v)
             for n, idx in enumerate(idxs):
                 if n == 0:
                     out[idx] = v
@@ -286,9 +263,8 @@ class SolverPool:
 
 
 class _Future:
-    def __init__(self, started: float):
-        self.started = started
-        self.finished = started
+    def __init__(self):
+        self.started = self.finished = time.perf_counter()
         self._event = threading.Event()
         self._value: Verdict | None = None
 
@@ -300,3 +276,4 @@ class _Future:
     def result(self) -> Verdict:
         self._event.wait()
         return self._value  # type: ignore[return-value]
+

@@ -1,0 +1,128 @@
+"""Throughput of the environment, measured side by side in one run.
+
+A fixed, seeded mix of specs — half valid (small PlanBench BlocksWorld, Mystery BlocksWorld and
+Logistics instances), half malformed across all six diagnostic categories — solved four ways:
+
+  (a) naive:  one ``fast-downward.py`` driver subprocess per spec, then a VAL subprocess
+              (how LLM+P-style code calls the planner)
+  (b) omtr, cold cache, 1 worker
+  (c) omtr, cold cache, 2 workers
+  (d) omtr, warm cache
+
+Prints calls/s for each and the ratios b/a, c/b, d/a, on the mix and on the valid half alone.
+Targets: b/a >= 8 on the mix, >= 4 on valid specs; c/b >= 1.7; d/a >= 100.
+
+    python benchmarks/solver_throughput.py            # 40 valid + 40 malformed
+    python benchmarks/solver_throughput.py --n 20 --seed 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from omtr.config import SolverConfig
+from omtr.paths import benchmarks_dir
+from omtr.solver import ResultCache, SolverPool
+from omtr.solver import proc
+from omtr.solver.examples import MALFORMED
+
+SMALL = {
+    "blocksworld": ("blocksworld/generated_domain.pddl", "blocksworld/generated_basic"),
+    "mystery": ("blocksworld/mystery/generated_domain.pddl", "blocksworld/mystery/generated_basic"),
+    "logistics": ("logistics/generated_domain.pddl", "logistics/generated_basic"),
+}
+
+
+def build_mix(n: int, seed: int):
+    root = benchmarks_dir(required=True) / "planbench" / "instances"
+    rng = random.Random(seed)
+    valid = []
+    per = -(-n // len(SMALL))
+    for dom_rel, folder in SMALL.values():
+        domain = (root / dom_rel).read_text()
+        files = sorted((root / folder).glob("instance-*.pddl"))
+        # "small": the smaller half of the folder by file size
+        files = sorted(files, key=lambda p: p.stat().st_size)[: len(files) // 2]
+        valid += [(domain, p.read_text()) for p in rng.sample(files, per)]
+    valid = valid[:n]
+    malformed = [(MALFORMED[i % len(MALFORMED)].domain, MALFORMED[i % len(MALFORMED)].problem) for i in range(n)]
+    mix = valid + malformed
+    rng.shuffle(mix)
+    return mix, valid
+
+
+def naive(specs, time_limit: float) -> float:
+    """LLM+P style: a driver subprocess per spec, then VAL on the plan."""
+    driver, val = proc.driver_script(), proc.validate_binary()
+    t0 = time.perf_counter()
+    for domain, problem in specs:
+        tmp = tempfile.mkdtemp(prefix="naive-")
+        try:
+            d, p = os.path.join(tmp, "domain.pddl"), os.path.join(tmp, "problem.pddl")
+            Path(d).write_text(domain)
+            Path(p).write_text(problem)
+            plan = os.path.join(tmp, "sas_plan")
+            subprocess.run([sys.executable, driver, "--plan-file", plan, "--overall-time-limit",
+                            str(int(time_limit)), "--alias", "lama-first", d, p],
+                           cwd=tmp, capture_output=True)
+            if os.path.exists(plan):
+                subprocess.run([val, d, p, plan], cwd=tmp, capture_output=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return len(specs) / (time.perf_counter() - t0)
+
+
+def omtr_rate(pool: SolverPool, specs, cfg: SolverConfig) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    verdicts = pool.solve_many(specs, cfg)
+    return len(specs) / (time.perf_counter() - t0), verdicts
+
+
+def measure(label: str, specs, time_limit: float) -> dict:
+    cfg = SolverConfig(time_limit_s=time_limit)
+    a = naive(specs, time_limit)
+    with SolverPool(1, cfg, cache=None) as one:
+        b, vb = omtr_rate(one, specs, cfg.replace(cache=False))
+    with SolverPool(2, cfg, cache=None) as two:
+        c, vc = omtr_rate(two, specs, cfg.replace(cache=False))
+    cache = ResultCache()
+    with SolverPool(1, cfg, cache=cache) as warm:
+        warm.solve_many(specs, cfg)  # fill the cache
+        d, vd = omtr_rate(warm, specs, cfg)
+    assert [v.success for v in vb] == [v.success for v in vc] == [v.success for v in vd]
+    solved = sum(v.success for v in vb)
+    print(f"\n{label}: {len(specs)} specs ({solved} solved)")
+    print(f"  (a) naive driver + VAL        {a:9.1f} calls/s")
+    print(f"  (b) omtr cold, 1 worker       {b:9.1f} calls/s")
+    print(f"  (c) omtr cold, 2 workers      {c:9.1f} calls/s")
+    print(f"  (d) omtr warm cache           {d:9.1f} calls/s")
+    print(f"  b/a = {b / a:6.1f}   c/b = {c / b:5.2f}   d/a = {d / a:7.0f}")
+    return {"a": a, "b": b, "c": c, "d": d}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=40, help="valid specs (and as many malformed) in the mix")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    mix, valid = build_mix(args.n, args.seed)
+    print(f"machine: {os.cpu_count()} cores; Fast Downward {proc.search_binary()}")
+    m = measure("mix (half valid, half malformed)", mix, args.time_limit)
+    v = measure("valid half alone", valid, args.time_limit)
+    print("\ntargets: mix b/a >= 8, valid b/a >= 4, c/b >= 1.7, d/a >= 100")
+    print(f"  mix   b/a {m['b'] / m['a']:.1f}  c/b {m['c'] / m['b']:.2f}  d/a {m['d'] / m['a']:.0f}")
+    print(f"  valid b/a {v['b'] / v['a']:.1f}  c/b {v['c'] / v['b']:.2f}  d/a {v['d'] / v['a']:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

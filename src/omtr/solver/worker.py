@@ -1,0 +1,79 @@
+"""A solver worker process: ``python -m omtr.solver.worker FD MEMORY_MB``.
+
+It imports the Fast Downward translator once and then answers specs sent over the socket ``FD``
+until it receives ``None`` or its parent dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+
+from omtr.config import SolverConfig
+from omtr.solver.lint import lint_verdict
+from omtr.solver.verdict import Verdict
+from omtr.spec.categories import Category
+
+log = logging.getLogger(__name__)
+
+
+def _worker_main(conn, memory_limit_mb: int) -> None:
+    import signal
+
+    from omtr.solver import proc
+    from omtr.solver.pipeline import run_planner, warm_translator
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    warm_translator()
+    proc.search_binary()
+    proc.validate_binary()
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if msg is None:
+            return
+        job_id, domain, problem, cfg_dict = msg
+        cfg = SolverConfig(**cfg_dict)
+        _limit_own_memory(cfg.memory_limit_mb)
+        _, res, lint_ms = lint_verdict(domain, problem, cfg)
+        try:
+            v = run_planner(domain, problem, cfg, res)
+        except Exception as exc:  # noqa: BLE001 - a bug must become a verdict, not a dead fleet
+            log.exception("solver worker failed on a spec")
+            v = Verdict.failure(Category.UNREACHABLE_SEARCH, f"internal solver error: {type(exc).__name__}: {exc}",
+                                stage="internal")
+        v.timings["lint_ms"] = lint_ms
+        conn.send((job_id, v.to_json()))
+        if v.memory_out and v.stage == "translate":
+            return  # the translator ran out of memory in this process: start afresh
+
+
+def _limit_own_memory(memory_mb: int) -> None:
+    """The in-process translator may use ``memory_mb`` on top of what the worker already maps.
+
+    Only the soft limit moves (it may go up again for the next job); planner subprocesses set
+    their own limits.
+    """
+    try:
+        with open("/proc/self/statm") as f:
+            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = vm_bytes + memory_mb * 1024 * 1024
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except (OSError, ValueError):
+        pass
+
+
+
+if __name__ == "__main__":
+    import sys
+    from multiprocessing.connection import Connection
+
+    _worker_main(Connection(int(sys.argv[1])), int(sys.argv[2]))
