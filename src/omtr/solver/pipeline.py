@@ -20,6 +20,7 @@ from omtr.config import SolverConfig
 from omtr.solver import proc
 from omtr.solver.diagnose import diagnose_unsolvable
 from omtr.solver.lint import LintResult
+from omtr.solver.lint import lint as run_lint
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 
@@ -118,9 +119,18 @@ def read_plan(path: str) -> list[str]:
     return steps
 
 
-def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig, lint: LintResult) -> Verdict:
+def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig, lint: LintResult | None = None) -> Verdict:
+    """Plan and validate a spec that passed lint.
+
+    ``lint`` is the spec's lint result when the caller has it; a worker passes None and the spec
+    is re-parsed only if a failure needs explaining (its warnings are added by the caller).
+    """
     timings: dict[str, float] = {}
-    v = Verdict(success=False, warnings=list(lint.warnings), timings=timings)
+    v = Verdict(success=False, warnings=list(lint.warnings) if lint else [], timings=timings)
+
+    def unsolvable(why: str) -> Verdict:
+        return _unsolvable(v, lint or run_lint(domain_text, problem_text, cfg), why)
+
     tmp = tempfile.mkdtemp(prefix="omtr-solve-")
     try:
         dpath, ppath = os.path.join(tmp, "domain.pddl"), os.path.join(tmp, "problem.pddl")
@@ -148,7 +158,7 @@ def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig, lint: Li
             return v
         if status == "unsolvable":
             v.exit_code = 10
-            return _unsolvable(v, lint, "the translator proved the goal unreachable")
+            return unsolvable("the translator proved the goal unreachable")
 
         t0 = time.perf_counter()
         argv = [proc.search_binary(), *proc.search_arguments(cfg.search), "--internal-plan-file", plan_path]
@@ -176,9 +186,9 @@ def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig, lint: Li
             v.message = f"memory limit: the search needed more than {cfg.memory_limit_mb} MiB; not a proof of unsolvability"
             return v
         if rc in EXIT_UNSOLVABLE:
-            return _unsolvable(v, lint, "the planner proved the task unsolvable")
+            return unsolvable("the planner proved the task unsolvable")
         if rc in EXIT_INCOMPLETE:
-            return _unsolvable(v, lint, f"the search `{cfg.search}` exhausted its search space without a plan")
+            return unsolvable(f"the search `{cfg.search}` exhausted its search space without a plan")
         if rc in EXIT_UNSUPPORTED:
             v.category = Category.UNREACHABLE_SEARCH
             v.message = f"the search `{cfg.search}` does not support this spec's features: {_tail(res.stdout)}"

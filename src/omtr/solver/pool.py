@@ -73,7 +73,10 @@ class _Worker:
         self.ready = True
 
     def kill(self) -> None:
+        from omtr.solver.proc import kill_children
+
         if self.alive():
+            kill_children(self.process.pid)  # its planner calls first: they would outlive it
             self.process.kill()
         self.process.wait(timeout=10)
         self.parent.close()
@@ -188,6 +191,7 @@ class SolverPool:
         pending: dict[str, list[int]] = {}
         futures: dict[str, _Future] = {}
         lint_ms: dict[int, float] = {}
+        lint_warnings: dict[str, list[str]] = {}
         bar = Progress(len(specs), "solving", quiet=not progress)
         use_cache = self.cache is not None and cfg.cache
         exact_keys: dict[int, str] = {}
@@ -219,6 +223,7 @@ class SolverPool:
                 bar.update()
                 continue
             lint_ms[idx] = ms
+            lint_warnings[key] = res.warnings
             if key in pending:
                 pending[key].append(idx)
                 continue
@@ -228,7 +233,9 @@ class SolverPool:
         for key, idxs in pending.items():
             fut = futures[key]
             v = fut.result()
-            v.timings["total_ms"] = (fut.finished - fut.started) * 1000
+            v.warnings = lint_warnings[key] + [w for w in v.warnings if w not in lint_warnings[key]]
+            v.timings["lint_ms"] = lint_ms[idxs[0]]
+            v.timings["total_ms"] = (fut.finished - fut.started) * 1000 + lint_ms[idxs[0]]
             if use_cache:
                 self.cache.put(key, v)
                 for idx in idxs:

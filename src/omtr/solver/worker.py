@@ -9,10 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import time
 
 from omtr.config import SolverConfig
-from omtr.solver.lint import lint_verdict
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 
@@ -40,14 +38,12 @@ def _worker_main(conn, memory_limit_mb: int) -> None:
         job_id, domain, problem, cfg_dict = msg
         cfg = SolverConfig(**cfg_dict)
         _limit_own_memory(cfg.memory_limit_mb)
-        _, res, lint_ms = lint_verdict(domain, problem, cfg)
         try:
-            v = run_planner(domain, problem, cfg, res)
+            v = run_planner(domain, problem, cfg)
         except Exception as exc:  # noqa: BLE001 - a bug must become a verdict, not a dead fleet
             log.exception("solver worker failed on a spec")
             v = Verdict.failure(Category.UNREACHABLE_SEARCH, f"internal solver error: {type(exc).__name__}: {exc}",
                                 stage="internal")
-        v.timings["lint_ms"] = lint_ms
         conn.send((job_id, v.to_json()))
         if v.memory_out and v.stage == "translate":
             return  # the translator ran out of memory in this process: start afresh
