@@ -68,7 +68,6 @@ def run(args) -> int:
     if args.n < 0 or args.workers < 1:
         raise CliError("--n must be >= 0 and --workers >= 1")
     from omtr.config import SolverConfig
-    from omtr.paths import default_tracking_uri
     from omtr.progress import Progress
     from omtr.solver import SolverPool
 
@@ -122,9 +121,9 @@ def run(args) -> int:
 
     import mlflow
 
-    mlflow.set_tracking_uri(args.tracking_uri or default_tracking_uri())
-    mlflow.set_experiment(args.experiment)
-    with mlflow.start_run(run_name="environment-demo") as run:
+    from omtr.tracking import start_run
+
+    with start_run(args.experiment, "environment-demo", args.tracking_uri) as run:
         mlflow.log_params({"search": cfg.search, "time_limit_s": cfg.time_limit_s,
                            "memory_limit_mb": cfg.memory_limit_mb, "workers": args.workers,
                            "planbench_per_family": args.n if have_planbench else 0, "seed": args.seed})
@@ -140,7 +139,7 @@ def run(args) -> int:
           f"{metrics['calls_per_s_warm_cache']:.0f} specs/s from the cache")
     if not have_planbench:
         print("PlanBench data not found (set OMTR_BENCHMARKS): ran the bundled specs only")
-    print(f"MLflow run {run.info.run_id} in experiment {args.experiment!r}; verdicts in {verdict_path}")
+    print(f"MLflow run {run.info.run_id} (experiment id {run.info.experiment_id}); verdicts in {verdict_path}")
     return 0
 
 
