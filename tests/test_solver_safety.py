@@ -65,7 +65,7 @@ def test_many_limited_calls_leave_no_process(benchmarks):
     cfg = SolverConfig(time_limit_s=1, search="astar(blind())", memory_limit_mb=300, cache=False)
     with SolverPool(2, cfg) as pool:
         vs = pool.solve_many([(d, p)] * 4 + [(BW_DOMAIN, BW_PROBLEM)] * 2)
-    assert all(v.timed_out or v.memory_out for v in vs[:4])
+    assert all(v.timed_out or v.memory_out for v in vs[:4]), [(v.exit_code, v.message) for v in vs[:4]]
     assert all(v.success for v in vs[4:])
     assert planner_processes() == []
 
@@ -194,3 +194,32 @@ def test_help_has_examples_and_starts_fast():
     code = "import sys, omtr.cli; omtr.cli.build_parser(); print(sorted(m for m in ('torch','mlflow','fast_downward') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_worker_killed_mid_search_is_replaced_and_leaves_no_planner(benchmarks):
+    import signal
+    import threading
+
+    d, p = _hard(benchmarks)
+    cfg = SolverConfig(time_limit_s=60, search="astar(blind())", memory_limit_mb=8192, cache=False)
+    with SolverPool(1, cfg) as pool:
+        victim = pool.worker_pids()[0]
+
+        def kill_when_planning():
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not planner_processes():
+                time.sleep(0.05)
+            os.kill(victim, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_planning)
+        killer.start()
+        v = pool.solve(d, p)
+        killer.join()
+        assert not v.success and v.category == Category.UNREACHABLE_SEARCH
+        assert "worker died" in v.message
+        assert pool.worker_pids()[0] != victim
+        assert pool.solve(BW_DOMAIN, BW_PROBLEM).success  # the replacement works
+    deadline = time.monotonic() + 5
+    while planner_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert planner_processes() == []

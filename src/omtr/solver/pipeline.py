@@ -11,6 +11,7 @@ import io
 import logging
 import os
 import re
+import resource
 import shutil
 import signal
 import tempfile
@@ -59,6 +60,26 @@ def warm_translator():
     return _translator
 
 
+def _limit_own_memory(memory_mb: int):
+    """The in-process translator may use ``memory_mb`` on top of what the worker already maps.
+
+    Only the soft limit moves, and only while the translator runs; the previous limits are
+    returned for :func:`resource.setrlimit` to restore.
+    """
+    try:
+        with open("/proc/self/statm") as f:
+            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        before = resource.getrlimit(resource.RLIMIT_AS)
+        hard = before[1]
+        soft = vm_bytes + memory_mb * 1024 * 1024
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        return before
+    except (OSError, ValueError):
+        return None
+
+
 def _translate(domain_path: str, problem_path: str, sas_path: str, cfg: SolverConfig):
     """Return (status, text): status in ok|unsolvable|error|timeout|memory."""
     topts, tmain, ParseError = warm_translator()
@@ -69,6 +90,7 @@ def _translate(domain_path: str, problem_path: str, sas_path: str, cfg: SolverCo
         signal.setitimer(signal.ITIMER_PROF, cfg.time_limit_s)
     except ValueError:  # not the main thread: rely on the pool's wall clock
         in_main = False
+    restore = _limit_own_memory(cfg.memory_limit_mb)
     try:
         with contextlib.redirect_stdout(buf):
             topts.set_options([domain_path, problem_path, "--sas-file", sas_path])
@@ -90,6 +112,8 @@ def _translate(domain_path: str, problem_path: str, sas_path: str, cfg: SolverCo
     except Exception as exc:  # the translator crashes with KeyError etc. on some malformed input
         return "error", f"{type(exc).__name__}: {exc}"
     finally:
+        if restore is not None:
+            resource.setrlimit(resource.RLIMIT_AS, restore)
         if in_main:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGPROF, old)

@@ -1,8 +1,9 @@
 """Running the planner's binaries safely.
 
 Every call: argv list (never a shell), its own process group, CPU and address-space limits on
-the child, a wall clock on top, TERM then KILL on the whole group. A worker that is replaced has
-its planner groups killed first (:func:`kill_children`), so nothing outlives it.
+the child, a wall clock on top, TERM then KILL on the whole group, and a parent-death signal
+(through util-linux ``setpriv``) so that a planner never outlives a worker that dies; a worker
+that is replaced also has its planner groups killed first (:func:`kill_children`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.util
 import os
 import resource
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +74,13 @@ def wait_for(proc: subprocess.Popen, timeout: float) -> int | None:
     return proc.wait()
 
 
+@lru_cache(maxsize=1)
+def _deathsig_prefix() -> tuple[str, ...]:
+    """util-linux ``setpriv`` gives the planner a parent-death signal without a Python fork."""
+    path = shutil.which("setpriv")
+    return (path, "--pdeathsig", "KILL") if path else ()
+
+
 @dataclass
 class CallResult:
     returncode: int
@@ -101,7 +110,7 @@ def run_limited(
             # No preexec_fn: it forces a full fork of the (large) calling process, about 10 ms a
             # call. The limits are set on the child right after it starts instead.
             proc = subprocess.Popen(
-                argv, cwd=cwd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT,
+                [*_deathsig_prefix(), *argv], cwd=cwd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT,
                 process_group=0, close_fds=True,
             )
             killed = False

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 
 from omtr.config import SolverConfig
 from omtr.solver.verdict import Verdict
@@ -37,7 +36,6 @@ def _worker_main(conn, memory_limit_mb: int) -> None:
             return
         job_id, domain, problem, cfg_dict = msg
         cfg = SolverConfig(**cfg_dict)
-        _limit_own_memory(cfg.memory_limit_mb)
         try:
             v = run_planner(domain, problem, cfg)
         except Exception as exc:  # noqa: BLE001 - a bug must become a verdict, not a dead fleet
@@ -47,24 +45,6 @@ def _worker_main(conn, memory_limit_mb: int) -> None:
         conn.send((job_id, v.to_json()))
         if v.memory_out and v.stage == "translate":
             return  # the translator ran out of memory in this process: start afresh
-
-
-def _limit_own_memory(memory_mb: int) -> None:
-    """The in-process translator may use ``memory_mb`` on top of what the worker already maps.
-
-    Only the soft limit moves (it may go up again for the next job); planner subprocesses set
-    their own limits.
-    """
-    try:
-        with open("/proc/self/statm") as f:
-            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = vm_bytes + memory_mb * 1024 * 1024
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    except (OSError, ValueError):
-        pass
 
 
 
