@@ -113,3 +113,10 @@ def test_solve_many_keeps_order_and_agrees_across_worker_counts():
     two = solve_many(specs, workers=2, config=cfg)
     assert [(v.success, v.category) for v in one] == [(v.success, v.category) for v in two]
     assert [v.success for v in one[:2]] == [True, True]
+
+
+def test_validate_plan_names_unknown_actions_and_wrong_arity():
+    check = validate_plan(BW_DOMAIN, BW_PROBLEM, ["(fly c a)"])
+    assert not check.valid and "`fly`" in check.message
+    check = validate_plan(BW_DOMAIN, BW_PROBLEM, ["(pick-up a b)"])
+    assert not check.valid and "`pick-up` takes 1" in check.message

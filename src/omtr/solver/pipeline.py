@@ -278,18 +278,22 @@ class PlanCheck:
 
 
 def validate_files(dpath: str, ppath: str, plan_path: str, cfg: SolverConfig, *, cwd: str) -> PlanCheck:
-    res = proc.run_limited(
-        [proc.validate_binary(), "-v", dpath, ppath, plan_path],
-        cwd=cwd,
-        cpu_s=cfg.time_limit_s,
-        memory_mb=cfg.memory_limit_mb,
-        wall_s=cfg.time_limit_s + cfg.wall_clock_slack_s,
-    )
-    out = res.stdout
+    def run(*flags):
+        return proc.run_limited(
+            [proc.validate_binary(), *flags, dpath, ppath, plan_path],
+            cwd=cwd,
+            cpu_s=cfg.time_limit_s,
+            memory_mb=cfg.memory_limit_mb,
+            wall_s=cfg.time_limit_s + cfg.wall_clock_slack_s,
+        )
+
+    res = run()
     # VAL exits 0 for some failures ("Bad plan description!"): only "Plan valid" counts.
-    if res.returncode == 0 and re.search(r"^Plan valid\s*$", out, re.M):
-        return PlanCheck(True, "Plan valid", out)
-    return PlanCheck(False, _val_reason(out, res), out)
+    if res.returncode == 0 and re.search(r"^Plan valid\s*$", res.stdout, re.M):
+        return PlanCheck(True, "Plan valid", res.stdout)
+    if not res.killed:
+        res = run("-v")  # again, verbose, for the repair advice the Editor needs
+    return PlanCheck(False, _val_reason(res.stdout, res), res.stdout)
 
 
 def _val_reason(out: str, res) -> str:
@@ -312,11 +316,38 @@ def _val_reason(out: str, res) -> str:
     return " ".join(keep)[:500] or f"VAL exit code {res.returncode}"
 
 
+def _unknown_steps(domain_text: str, plan: str) -> str | None:
+    """Name a plan step whose action is not in the domain or has the wrong number of arguments."""
+    from omtr.spec import SpecError, parse_domain
+
+    try:
+        dom = parse_domain(domain_text)
+    except SpecError:
+        return None  # VAL reports the domain's own problems
+    for n, line in enumerate(plan.splitlines(), 1):
+        m = _PLAN_LINE.match(line.split(";")[0])
+        if not m:
+            continue
+        name, *args = m.group(1).lower().split()
+        if ":" in name:  # timed plans "0.001: (act a)" are left to VAL
+            return None
+        act = dom.actions.get(name)
+        if act is None:
+            return f"plan step {n} ({m.group(1)}) uses action `{name}`, which the domain does not define"
+        if len(args) != len(act.parameters):
+            return (f"plan step {n} ({m.group(1)}) gives {len(args)} arguments but `{name}` takes "
+                    f"{len(act.parameters)}")
+    return None
+
+
 def validate_plan(domain_text: str, problem_text: str, plan, cfg: SolverConfig | None = None) -> PlanCheck:
     """Check a plan (list of "(act a b)" strings or plan text) with VAL on the given spec."""
     cfg = cfg or SolverConfig()
     if not isinstance(plan, str):
         plan = "\n".join(plan)
+    unknown = _unknown_steps(domain_text, plan)
+    if unknown:
+        return PlanCheck(False, unknown)
     tmp = tempfile.mkdtemp(prefix="omtr-val-")
     try:
         paths = []
