@@ -9,6 +9,7 @@ from omtr.faithfulness.checker import DriftCategory, FaithfulnessReport, Finding
 from omtr.faithfulness.mapping import Mapping, find_mapping
 from omtr.faithfulness.normal import NormalizeError, NSpec, normalize
 from omtr.faithfulness.replay import parse_plan, simulate
+from omtr.faithfulness.separation import auc, drift_distribution, drift_rate, partition, separation
 
 __all__ = [
     "DriftCategory",
@@ -17,9 +18,14 @@ __all__ = [
     "Mapping",
     "NSpec",
     "NormalizeError",
+    "auc",
     "check",
+    "drift_distribution",
+    "drift_rate",
     "find_mapping",
     "normalize",
     "parse_plan",
+    "partition",
+    "separation",
     "simulate",
 ]

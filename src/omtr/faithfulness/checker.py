@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from omtr.faithfulness.mapping import Mapping, find_mapping
@@ -204,10 +204,9 @@ def _coverage_failure(ref: NSpec, gen: NSpec, m: Mapping) -> str | None:
             parts.append(f"action schemas: only {dcov:.0%} of precondition/effect literals correspond")
     if not gen.actions and ref.actions:
         parts.append("action schemas: the generated domain has no actions")
-    n_ratoms = len(ref.init) + len(ref.goal)
-    n_gatoms = len(gen.init) + len(gen.goal)
-    if n_ratoms + n_gatoms:
-        pcov = 1 - m.problem_mismatch / (n_ratoms + n_gatoms)
+    bad, total = m.problem_coverage
+    if total:
+        pcov = 1 - bad / total
         if pcov < MIN_COVERAGE:
             parts.append(f"problem: only {pcov:.0%} of init/goal atoms correspond under the best object mapping")
     if ref.objects and len(m.objects) < MIN_COVERAGE * len(ref.objects):
@@ -243,12 +242,18 @@ def _gen_to_ref(gen: NSpec, m: Mapping):
 def _object_findings(ref: NSpec, gen: NSpec, m: Mapping) -> list[Finding]:
     out = []
     mapped_g = set(m.objects.values())
+    def facts(o, spec):
+        n = sum(1 for a in spec.init if o in a[1])
+        return f" ({n} initial fact{'s' if n != 1 else ''} about it)" if n else ""
+
     for r in ref.objects:
         if r not in m.objects:
-            out.append(Finding(DriftCategory.OBJECT_MISSING, f"reference object {r} has no counterpart in the generated problem"))
+            out.append(Finding(DriftCategory.OBJECT_MISSING,
+                               f"reference object {r} has no counterpart in the generated problem{facts(r, ref)}"))
     for g in gen.objects:
         if g not in mapped_g:
-            out.append(Finding(DriftCategory.OBJECT_EXTRA, f"generated object {g} has no counterpart in the reference"))
+            out.append(Finding(DriftCategory.OBJECT_EXTRA,
+                               f"generated object {g} has no counterpart in the reference{facts(g, gen)}"))
     return out
 
 
@@ -264,7 +269,9 @@ def _state_findings(ref: NSpec, gen: NSpec, m: Mapping) -> list[Finding]:
     type_like = ref.type_like | {"gen:" + s for s in gen.type_like}
     ginv = m.gen_to_ref_pred()
     type_like |= {ginv[s][0] for s in gen.type_like if s in ginv}
-    missing, extra = sorted(r_init - g_init), sorted(g_init - r_init)
+    # atoms about objects without a counterpart are explained by object_missing / object_extra
+    missing = sorted(a for a in r_init - g_init if all(x in m.objects for x in a[1]))
+    extra = sorted(a for a in g_init - r_init if not any(x.startswith("gen:") for x in a[1]))
     by_obj: dict[str, list[str]] = {}
     for sym, args in missing:
         if sym in type_like:
@@ -370,4 +377,4 @@ def report_to_json(report: FaithfulnessReport) -> dict[str, Any]:
     return report.to_dict()
 
 
-__all__ = ["DriftCategory", "FaithfulnessReport", "Finding", "check", "asdict"]
+__all__ = ["DriftCategory", "FaithfulnessReport", "Finding", "check", "report_to_json"]

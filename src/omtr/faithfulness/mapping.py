@@ -15,9 +15,15 @@ Three layers, each chosen by structure, with lexical similarity only to break ex
    specs with one shared palette. Pairs of objects whose colour is unique on both sides are fixed
    (deepest round first) and become anchors; when only ties remain (interchangeable objects), one
    pair from the smallest common colour class is individualised, preferring pairs that agree with
-   the anchors, then similar names. A bounded local repair (swaps) finally minimises the number
-   of atoms that do not correspond; a bounded number of alternative tie choices is tried when the
-   result is not exact.
+   the anchors, then similar names; a large class of interchangeable objects with nothing to
+   prefer is paired in one step. A bounded number of alternative tie choices is tried when the
+   result is not exact, then a local repair (swaps, moves to unmapped objects) minimises the
+   weighted number of atoms without a counterpart (goal atoms weigh 3, init atoms 2). Refinement
+   runs on three views (init+goal, init only, goal+types) and the best result wins; each stops
+   early once it reaches the lower bound given by the predicate histograms.
+
+Exact isomorphisms (faithful specs) are found without search in practice; symmetric objects
+cost one refinement per tie class, not a permutation search.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ MAX_PARAM_PERMS = 120
 MAX_REFINE_ROUNDS = 10
 MAX_TIE_RETRIES = 6
 MAX_REPAIR_PASSES = 4
+BULK_TIE_SIZE = 4  # tie classes larger than this are paired in one step
 
 
 @dataclass
@@ -56,6 +63,7 @@ class Mapping:
     domain_matched: int = 0
     domain_total: tuple[int, int] = (0, 0)
     problem_mismatch: int = 0
+    problem_coverage: tuple[int, int] = (0, 0)  # (non-corresponding, all) atoms over mapped objects
 
     def gen_to_ref_pred(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         return {g: (r, perm) for r, (g, perm) in self.preds.items()}
@@ -194,11 +202,11 @@ def _remap(args, tau):
     return tuple(tau[a] if isinstance(a, int) and a < len(tau) else a for a in args)
 
 
-def _pair_score(rsets, gtrans, arity: int) -> tuple[int, tuple[int, ...]]:
+def _pair_score(rsets, gtrans, arity: int, only=None) -> tuple[int, tuple[int, ...]]:
     rpre, radd, rdel = rsets
     gpre, gadd, gdel = gtrans
     best = (-1, tuple(range(arity)))
-    perms = itertools.permutations(range(arity))
+    perms = [only] if only is not None else itertools.permutations(range(arity))
     for n, sigma in enumerate(perms):
         if n >= MAX_PARAM_PERMS:
             break
@@ -211,6 +219,42 @@ def _pair_score(rsets, gtrans, arity: int) -> tuple[int, tuple[int, ...]]:
         if m > best[0]:
             best = (m, tuple(sigma))
     return best
+
+
+def _param_sigs(sets, arity: int) -> list[tuple]:
+    pre, add, dele = sets
+    sig: list[list] = [[] for _ in range(arity)]
+    for role, lits in (("pre", pre), ("add", add), ("del", dele)):
+        for lit in lits:
+            sym, args = lit[0], lit[1]
+            sign = lit[2] if role == "pre" else True
+            for pos, a in enumerate(args):
+                if isinstance(a, int) and a < arity:
+                    sig[a].append((role, sign, sym, pos))
+    return [tuple(sorted(x)) for x in sig]
+
+
+def _perfect_sigma(rsets, gtrans, arity: int) -> tuple[int, ...] | None:
+    """A parameter permutation under which the two actions are identical, found by matching
+    per-parameter signatures (fast path; None when there is none or it is ambiguous to test)."""
+    total_r = sum(len(x) for x in rsets)
+    if total_r != sum(len(x) for x in gtrans):
+        return None
+    rs, gs = _param_sigs(rsets, arity), _param_sigs(gtrans, arity)
+    if sorted(rs) != sorted(gs):
+        return None
+    options = [[j for j in range(arity) if gs[j] == rs[i]] for i in range(arity)]
+    tried = 0
+    for sigma in itertools.product(*options):
+        if len(set(sigma)) != arity:
+            continue
+        tried += 1
+        if tried > MAX_PARAM_PERMS:
+            return None
+        m, _ = _pair_score(rsets, gtrans, arity, only=sigma)
+        if m == total_r:
+            return tuple(sigma)
+    return None
 
 
 def _assign(pairs: dict[tuple[str, str], int], refs: list[str], gens: list[str]) -> tuple[int, dict[str, str | None]]:
@@ -248,6 +292,23 @@ def _domain_score(ref: NSpec, gen: NSpec, pmap: dict[str, tuple[str, tuple[int, 
     amap: dict[str, tuple[str, tuple[int, ...]]] = {}
     for ar, refs in by_arity_r.items():
         gens = by_arity_g.get(ar, [])
+        # fast path: every reference action has an identical generated partner
+        if len(gens) == len(refs):
+            fast: dict[str, tuple[str, tuple[int, ...]]] = {}
+            left = list(gens)
+            for r in refs:
+                for g in left:
+                    sigma = _perfect_sigma(rsets[r], gtrans[g], ar)
+                    if sigma is not None:
+                        fast[r] = (g, sigma)
+                        left.remove(g)
+                        break
+                else:
+                    break
+            if len(fast) == len(refs):
+                amap.update(fast)
+                total += sum(sum(len(x) for x in rsets[r]) for r in refs)
+                continue
         scores, sigmas = {}, {}
         for r in refs:
             for g in gens:
@@ -271,11 +332,12 @@ def _lexical(pmap, amap) -> float:
 def map_domain(ref: NSpec, gen: NSpec) -> list[tuple[int, dict, dict]]:
     """Best (domain score, predicate map, action map) candidates, best first (ties kept)."""
     results = []
+    ceiling = min(_domain_totals(ref, gen))
     for cand in _pred_candidates(ref, gen):
         pmap = {r: (g, tuple(range(ref.arity[r]))) for r, g in cand.items() if g is not None}
         score, amap = _domain_score(ref, gen, pmap)
-        # coordinate ascent on argument orders
-        improved = True
+        # coordinate ascent on argument orders (nothing to gain once every literal matches)
+        improved = score < ceiling
         while improved:
             improved = False
             for r in sorted(pmap):
@@ -292,6 +354,9 @@ def map_domain(ref: NSpec, gen: NSpec) -> list[tuple[int, dict, dict]]:
                     if s2 > score:
                         pmap, score, amap, improved = trial, s2, a2, True
                         cur = perm
+                if score >= ceiling:
+                    improved = False
+                    break
         results.append((score, pmap, amap))
     results.sort(key=lambda t: (-t[0], -_lexical(t[1], t[2])))
     return results
@@ -322,11 +387,22 @@ def _gen_atoms(spec: NSpec, ginv: dict) -> set:
 
 
 class _ObjectMatcher:
-    def __init__(self, robjs, ratoms, gobjs, gatoms):
+    def __init__(self, robjs, ratoms, gobjs, gatoms, view=None):
+        """``view(atom) -> bool`` selects the atoms colour refinement looks at (all by default);
+        scoring, tie preferences and repair always use all atoms."""
         self.robjs, self.gobjs = list(robjs), list(gobjs)
         self.ratoms, self.gatoms = ratoms, gatoms
         self.rocc = self._occ(self.robjs, ratoms)
         self.gocc = self._occ(self.gobjs, gatoms)
+        # no mapping can do better than the difference of the (section, predicate) histograms
+        hist = Counter((a[0], a[1]) for a in ratoms)
+        hist.subtract(Counter((a[0], a[1]) for a in gatoms))
+        self.lower_bound = sum(abs(n) * (3 if key[0] != "i" else 2) for key, n in hist.items())
+        if view is None:
+            self.rview, self.gview = self.rocc, self.gocc
+        else:
+            self.rview = self._occ(self.robjs, {a for a in ratoms if view(a)})
+            self.gview = self._occ(self.gobjs, {a for a in gatoms if view(a)})
 
     @staticmethod
     def _occ(objs, atoms):
@@ -345,8 +421,8 @@ class _ObjectMatcher:
         hg = {o: [c] for o, c in cg.items()}
         prev = len(set(cr.values()) | set(cg.values()))
         for _ in range(MAX_REFINE_ROUNDS):
-            ncr = {o: self._step(o, self.rocc, cr) for o in self.robjs}
-            ncg = {o: self._step(o, self.gocc, cg) for o in self.gobjs}
+            ncr = {o: self._step(o, self.rview, cr) for o in self.robjs}
+            ncg = {o: self._step(o, self.gview, cg) for o in self.gobjs}
             cr, cg = ncr, ncg
             for o, c in cr.items():
                 hr[o].append(c)
@@ -367,42 +443,59 @@ class _ObjectMatcher:
     def _fwd(self, atom, m):
         return (atom[0], atom[1], tuple(m.get(x, "\x01" + x) for x in atom[2]))
 
+    @staticmethod
+    def _w(atom) -> int:
+        # a goal atom out of correspondence costs more than an init atom, so that between equally
+        # small explanations the one that keeps the goal intact wins
+        return 3 if atom[0] != "i" else 2
+
     def mismatch(self, m: dict[str, str]) -> int:
+        """Weighted count of atoms without a counterpart under ``m`` (0 iff isomorphic)."""
         inv = {g: r for r, g in m.items()}
-        miss = sum(1 for a in self.ratoms if self._fwd(a, m) not in self.gatoms)
-        extra = sum(1 for a in self.gatoms if self._fwd(a, inv) not in self.ratoms)
+        miss = sum(self._w(a) for a in self.ratoms if self._fwd(a, m) not in self.gatoms)
+        extra = sum(self._w(a) for a in self.gatoms if self._fwd(a, inv) not in self.ratoms)
         return miss + extra
+
+    def mapped_coverage(self, m: dict[str, str]) -> tuple[int, int]:
+        """(non-corresponding, all) atoms among those whose objects all have a counterpart."""
+        inv = {g: r for r, g in m.items()}
+        ra = [a for a in self.ratoms if all(x in m for x in a[2])]
+        ga = [a for a in self.gatoms if all(x in inv for x in a[2])]
+        bad = sum(1 for a in ra if self._fwd(a, m) not in self.gatoms)
+        bad += sum(1 for a in ga if self._fwd(a, inv) not in self.ratoms)
+        return bad, len(ra) + len(ga)
 
     def _local(self, m, inv, rs, gs) -> int:
         ra = {a for r in rs for a, _ in self.rocc.get(r, ())}
         ga = {a for g in gs for a, _ in self.gocc.get(g, ())}
-        return sum(1 for a in ra if self._fwd(a, m) not in self.gatoms) + sum(
-            1 for a in ga if self._fwd(a, inv) not in self.ratoms
+        return sum(self._w(a) for a in ra if self._fwd(a, m) not in self.gatoms) + sum(
+            self._w(a) for a in ga if self._fwd(a, inv) not in self.ratoms
         )
 
     def _pair_gain(self, fixed, inv, r, g) -> int:
-        """Determined atoms of r (and g) that agree minus those that disagree, if r -> g."""
+        """Determined atoms of r (and of g) that would correspond if r -> g. Disagreements are not
+        subtracted: whichever object takes g inherits them, so they do not tell candidates apart."""
         m = dict(fixed)
         m[r] = g
         iv = dict(inv)
         iv[g] = r
         score = 0
         for a, _ in self.rocc[r]:
-            if all(x in m for x in a[2]):
-                score += 1 if self._fwd(a, m) in self.gatoms else -1
+            if all(x in m for x in a[2]) and self._fwd(a, m) in self.gatoms:
+                score += 1
         for a, _ in self.gocc[g]:
-            if all(x in iv for x in a[2]):
-                score += 1 if self._fwd(a, iv) in self.ratoms else -1
+            if all(x in iv for x in a[2]) and self._fwd(a, iv) in self.ratoms:
+                score += 1
         return score
 
     # -- search
     def run(self) -> dict[str, str]:
         best, ties = self._individualise({}, [])
         best_mis = self.mismatch(best)
-        if best_mis and ties:
+        if best_mis > self.lower_bound and ties:
             # bounded backtracking: alternative choices at the first tie points
             tried = 0
-            for depth, (prefix, alts) in enumerate(ties[:3]):
+            for prefix, alts in ties[:3]:
                 for alt in alts[:MAX_TIE_RETRIES]:
                     if tried >= MAX_TIE_RETRIES:
                         break
@@ -411,11 +504,34 @@ class _ObjectMatcher:
                     mis = self.mismatch(m)
                     if mis < best_mis:
                         best, best_mis = m, mis
-                    if best_mis == 0:
+                    if best_mis <= self.lower_bound:
                         break
-        if best_mis:
+        if best_mis > self.lower_bound:
             best = self._repair(best)
-        return best
+        return self._polish(best)
+
+    def _polish(self, m: dict[str, str]) -> dict[str, str]:
+        """Among equally good mappings prefer identical names (lexical tie-break only): swap two
+        images, or move one to the same-named free object, when no atom correspondence is lost."""
+        m = dict(m)
+        gset = set(self.gobjs)
+        for r1 in sorted(m):
+            g1 = m[r1]
+            if g1 == r1 or r1 not in gset:
+                continue
+            inv = {g: r for r, g in m.items()}
+            r2 = inv.get(r1)
+            t = dict(m)
+            if r2 is None:
+                t[r1] = r1
+                rs, gs = {r1}, {g1, r1}
+            else:
+                t[r1], t[r2] = r1, g1
+                rs, gs = {r1, r2}, {g1, r1}
+            tinv = {g: r for r, g in t.items()}
+            if self._local(t, tinv, rs, gs) <= self._local(m, inv, rs, gs):
+                m = t
+        return m
 
     def _individualise(self, fixed, ties, first=None):
         if first is not None:
@@ -456,6 +572,19 @@ class _ObjectMatcher:
                     continue
                 c = min(common, key=lambda c: (len(cr[c]) * len(cg[c]), min(cr[c])))
                 r = min(cr[c])
+                if k == rounds - 1 and len(cr[c]) == len(cg[c]) > BULK_TIE_SIZE:
+                    gains = {self._pair_gain(fixed, inv, r, g) for g in cg[c]}
+                    if len(gains) == 1:
+                        # a large class of interchangeable objects with nothing to prefer: pair
+                        # them all at once (same names first); the result is verified by scoring
+                        rs, gs = sorted(cr[c]), sorted(cg[c])
+                        same = [x for x in rs if x in set(gs)]
+                        rest_r = [x for x in rs if x not in set(same)]
+                        rest_g = [x for x in gs if x not in set(same)]
+                        fixed.update({x: x for x in same})
+                        fixed.update(zip(rest_r, rest_g))
+                        choice = ()
+                        break
                 scored = sorted(
                     cg[c], key=lambda g: (-self._pair_gain(fixed, inv, r, g), -similarity(r, g), g)
                 )
@@ -465,52 +594,71 @@ class _ObjectMatcher:
                 break
             if choice is None:  # cannot happen (round 0 is shared), but never loop forever
                 return fixed, ties
-            fixed[choice[0]] = choice[1]
+            if choice:
+                fixed[choice[0]] = choice[1]
 
     def _repair(self, m: dict[str, str]) -> dict[str, str]:
+        """Local search: swap images, or move an image to/from an unmapped object, while the
+        number of non-corresponding atoms drops."""
         m = dict(m)
         for _ in range(MAX_REPAIR_PASSES):
             inv = {g: r for r, g in m.items()}
             bad = sorted({x for a in self.ratoms if self._fwd(a, m) not in self.gatoms for x in a[2] if x in m}
                          | {inv[x] for a in self.gatoms if self._fwd(a, inv) not in self.ratoms
                             for x in a[2] if x in inv})
-            unmapped_g = [g for g in self.gobjs if g not in inv]
             improved = False
             for r1 in bad:
-                for r2 in list(m) + unmapped_g:
-                    if r2 == r1 or r1 not in m:
-                        continue
-                    inv = {g: r for r, g in m.items()}
+                if r1 not in m:
+                    continue
+                inv = {g: r for r, g in m.items()}
+                moves = [("swap", r2) for r2 in m if r2 != r1]
+                moves += [("gen", g) for g in self.gobjs if g not in inv]
+                moves += [("ref", r) for r in self.robjs if r not in m]
+                for kind, x in moves:
                     g1 = m[r1]
-                    if r2 in m:
-                        g2 = m[r2]
-                        before = self._local(m, inv, {r1, r2}, {g1, g2})
-                        t = dict(m)
-                        t[r1], t[r2] = g2, g1
-                        tinv = {g: r for r, g in t.items()}
-                        after = self._local(t, tinv, {r1, r2}, {g1, g2})
+                    t = dict(m)
+                    if kind == "swap":
+                        g2 = m[x]
+                        t[r1], t[x] = g2, g1
+                        rs, gs = {r1, x}, {g1, g2}
+                    elif kind == "gen":
+                        t[r1] = x
+                        rs, gs = {r1}, {g1, x}
                     else:
-                        if r2 in inv or r2 not in self.gocc:
-                            continue
-                        before = self._local(m, inv, {r1}, {g1, r2})
-                        t = dict(m)
-                        t[r1] = r2
-                        tinv = {g: r for r, g in t.items()}
-                        after = self._local(t, tinv, {r1}, {g1, r2})
+                        del t[r1]
+                        t[x] = g1
+                        rs, gs = {r1, x}, {g1}
+                    before = self._local(m, inv, rs, gs)
+                    tinv = {g: r for r, g in t.items()}
+                    after = self._local(t, tinv, rs, gs)
                     if after < before:
-                        m = t
+                        m, inv = t, tinv
                         improved = True
+                        if r1 not in m:
+                            break
             if not improved:
                 break
         return m
 
 
-def map_objects(ref: NSpec, gen: NSpec, pmap: dict) -> tuple[dict[str, str], int]:
+def map_objects(ref: NSpec, gen: NSpec, pmap: dict) -> tuple[dict[str, str], int, tuple[int, int]]:
+    """Object mapping, its mismatch, and (mismatch, total) over fully mapped atoms."""
     ginv = {g: (r, perm) for r, (g, perm) in pmap.items()}
     ratoms, gatoms = _ref_atoms(ref), _gen_atoms(gen, ginv)
-    matcher = _ObjectMatcher(ref.objects, ratoms, gen.objects, gatoms)
-    m = matcher.run()
-    return m, matcher.mismatch(m)
+    type_like = ref.type_like
+    # Views for colour refinement: everything; the initial state alone (exact when only the goal
+    # changed); the goal with the type atoms (exact when only the initial state changed).
+    views = [None, lambda a: a[0] == "i", lambda a: a[0] != "i" or a[1] in type_like]
+    best = None
+    for view in views:
+        matcher = _ObjectMatcher(ref.objects, ratoms, gen.objects, gatoms, view)
+        m = matcher.run()
+        mis = matcher.mismatch(m)
+        if best is None or mis < best[1]:
+            best = (m, mis, matcher.mapped_coverage(m))
+        if mis <= matcher.lower_bound:
+            break
+    return best
 
 
 def find_mapping(ref: NSpec, gen: NSpec, max_ties: int = 4) -> Mapping:
@@ -519,10 +667,10 @@ def find_mapping(ref: NSpec, gen: NSpec, max_ties: int = 4) -> Mapping:
     tied = [c for c in cands if c[0] == top][:max_ties]
     best = None
     for score, pmap, amap in tied:
-        objs, mis = map_objects(ref, gen, pmap)
+        objs, mis, cov = map_objects(ref, gen, pmap)
         key = (mis, -_lexical(pmap, amap))
         if best is None or key < best[0]:
-            best = (key, Mapping(pmap, amap, objs, score, _domain_totals(ref, gen), mis))
+            best = (key, Mapping(pmap, amap, objs, score, _domain_totals(ref, gen), mis, cov))
         if mis == 0:
             break
     return best[1]

@@ -114,6 +114,17 @@ def normalize(domain_text: str, problem_text: str) -> NSpec:
 
 def _normalize(dom, prob) -> NSpec:
     notes: list[str] = []
+
+    def sym_of(name: str, n: int) -> str:
+        """The symbol for ``name`` used with ``n`` arguments; a use with another arity than the
+        declaration is a different (undeclared) symbol ``name/n``."""
+        if name == EQ:
+            return name
+        if name in arity and arity[name] != n:
+            name = f"{name}/{n}"
+        arity.setdefault(name, n)
+        return name
+
     objects: dict[str, str] = dict(dom.constants)
     for o, t in prob.objects.items():
         objects[o] = t
@@ -134,9 +145,7 @@ def _normalize(dom, prob) -> NSpec:
         args = tuple(str(a) for a in atom[1:])
         if any(isinstance(a, list) for a in atom[1:]):
             raise NormalizeError("problem", f"init atom {atom.head} has a nested argument")
-        sym = str(atom.head)
-        arity.setdefault(sym, len(args))
-        init.add((sym, args))
+        init.add((sym_of(str(atom.head), len(args)), args))
 
     actions: dict[str, NAction] = {}
     for act in dom.actions.values():
@@ -168,18 +177,13 @@ def _normalize(dom, prob) -> NSpec:
         if act.precondition is not None:
             for atom, neg, _bound in atoms_of(act.precondition):
                 args = tuple(arg(a) for a in atom[1:])
-                sym = str(atom.head)
-                if sym != EQ:
-                    arity.setdefault(sym, len(args))
-                pre.add((sym, args, not neg))
+                pre.add((sym_of(str(atom.head), len(args)), args, not neg))
         add: set = set()
         dele: set = set()
         if act.effect is not None:
-            for atom, neg, _bound in atoms_of(act.effect):
+            for atom, neg, _bound in atoms_of(act.effect, effect=True):
                 args = tuple(arg(a) for a in atom[1:])
-                sym = str(atom.head)
-                arity.setdefault(sym, len(args))
-                (dele if neg else add).add((sym, args))
+                (dele if neg else add).add((sym_of(str(atom.head), len(args)), args))
         dele -= add
         add = {a for a in add if (a[0], a[1], True) not in pre}
         dele = {d for d in dele if (d[0], d[1], False) not in pre}
@@ -192,10 +196,17 @@ def _normalize(dom, prob) -> NSpec:
         if any(isinstance(a, list) for a in atom[1:]):
             raise NormalizeError("problem", f"goal atom {atom.head} has a nested argument")
         args = tuple(str(a) for a in atom[1:])
-        sym = str(atom.head)
-        if sym != EQ:
-            arity.setdefault(sym, len(args))
-        goal.add((sym, args, not neg))
+        goal.add((sym_of(str(atom.head), len(args)), args, not neg))
+
+    # names used as objects in init or goal but never declared count as (untyped) objects, so
+    # that they show up as extra/missing objects instead of vanishing
+    used = {a for _, args in init for a in args} | {a for _, args, _ in goal for a in args}
+    undeclared = sorted(used - set(objects))
+    for a in undeclared:
+        objects[a] = ROOT_TYPE
+    if undeclared:
+        notes.append(f"object(s) {', '.join(undeclared[:5])} used in :init/:goal but not declared: "
+                     "treated as untyped objects")
 
     changed = {s for a in actions.values() for s, _ in (*a.add, *a.dele)}
     static = {s for s in arity if s not in changed}

@@ -53,7 +53,7 @@ def _in_conjunction(f, atom) -> bool:
 
 def _add_effects(act: Action):
     out = []
-    for atom, neg, bound in atoms_of(act.effect):
+    for atom, neg, bound in atoms_of(act.effect, effect=True):
         if not neg and atom[0] != "=" and not any(isinstance(t, str) and t in bound for t in atom[1:]):
             out.append(tuple(atom))
     return out

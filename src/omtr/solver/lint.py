@@ -401,7 +401,7 @@ def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
 def _effect_predicates(dom: Domain) -> tuple[set[str], set[str]]:
     adds, dels = set(), set()
     for act in dom.actions.values():
-        for atom, neg, _ in atoms_of(act.effect):
+        for atom, neg, _ in atoms_of(act.effect, effect=True):
             (dels if neg else adds).add(atom[0])
     return adds, dels
 

@@ -381,28 +381,30 @@ def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
 LOGICAL = {"and", "or", "not", "imply", "exists", "forall", "when"}
 
 
-def atoms_of(formula, negated: bool = False) -> Iterator[tuple[SList, bool, frozenset]]:
+def atoms_of(formula, negated: bool = False, *, effect: bool = False) -> Iterator[tuple[SList, bool, frozenset]]:
     """Yield (atom, negated, quantified-variables) for every atom in a formula.
 
     Atoms include equality ``(= ?x ?y)``. Numeric effects (increase/decrease/assign) are skipped.
+    With ``effect=True`` the formula is read as an effect: the conditions of ``(when C E)`` are
+    not effects and are left out (only E's atoms are yielded).
     """
-    yield from _walk(formula, negated, frozenset())
+    yield from _walk(formula, negated, frozenset(), effect)
 
 
-def _walk(f, neg: bool, bound: frozenset):
+def _walk(f, neg: bool, bound: frozenset, effect: bool = False):
     if not isinstance(f, list) or not f:
         return
     h = f.head
     if h == "and" or h == "or":
         for g in f[1:]:
-            yield from _walk(g, neg, bound)
+            yield from _walk(g, neg, bound, effect)
     elif h == "not":
         for g in f[1:]:
-            yield from _walk(g, not neg, bound)
+            yield from _walk(g, not neg, bound, effect)
     elif h == "imply":
         if len(f) == 3:
-            yield from _walk(f[1], not neg, bound)
-            yield from _walk(f[2], neg, bound)
+            yield from _walk(f[1], not neg, bound, effect)
+            yield from _walk(f[2], neg, bound, effect)
     elif h in ("exists", "forall"):
         if len(f) >= 3 and isinstance(f[1], list):
             try:
@@ -410,10 +412,10 @@ def _walk(f, neg: bool, bound: frozenset):
             except SpecError:
                 vs = frozenset()
             for g in f[2:]:
-                yield from _walk(g, neg, bound | vs)
+                yield from _walk(g, neg, bound | vs, effect)
     elif h == "when":
-        for g in f[1:]:
-            yield from _walk(g, neg, bound)
+        for g in (f[2:] if effect else f[1:]):
+            yield from _walk(g, neg, bound, effect)
     elif h in ("increase", "decrease", "assign", "scale-up", "scale-down"):
         return
     elif h is None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from omtr.spec.model import parse_domain, parse_problem
-from omtr.spec.sexpr import SList
 
 Atom = tuple[str, ...]
 
@@ -161,6 +160,3 @@ def signature(objects: dict[str, str], init: Iterable[Atom], goal: Iterable[Atom
     types = sorted(colour[o] for o in objects)
     return _h("|".join(desc) + "#" + ",".join(types))
 
-
-def is_conjunction_of_atoms(formula: SList) -> bool:
-    return isinstance(formula, list) and (formula.head != "and" or all(isinstance(x, list) for x in formula[1:]))

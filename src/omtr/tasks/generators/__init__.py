@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import logging
 import random
 import time
@@ -80,9 +81,8 @@ def register(family: Family) -> Family:
 
 
 def _load() -> None:
-    if not _REGISTRY:
-        for mod in _FAMILY_MODULES:
-            importlib.import_module(f"omtr.tasks.generators.{mod}")
+    for mod in _FAMILY_MODULES:  # cached by the import system after the first call
+        importlib.import_module(f"omtr.tasks.generators.{mod}")
 
 
 def families() -> dict[str, Family]:
@@ -239,17 +239,10 @@ def _verify(batch: list[tuple[Instance, str]], workers: int, config) -> list:
     if not batch:
         return []
     t0 = time.monotonic()
-    verdicts = solve_many([(i.domain_pddl, i.problem_pddl) for i, _ in batch], workers=workers, config=config)
+    kwargs = {"progress": True} if "progress" in inspect.signature(solve_many).parameters else {}
+    verdicts = solve_many([(i.domain_pddl, i.problem_pddl) for i, _ in batch], workers=workers, config=config, **kwargs)
     log.info("verified %d references with the environment in %.1f s", len(batch), time.monotonic() - t0)
     return verdicts
-
-
-def choose(rng: random.Random, spec, what: str) -> int:
-    """An int option given as N or (lo, hi)."""
-    if isinstance(spec, (tuple, list)):
-        lo, hi = int(spec[0]), int(spec[1])
-        return rng.randint(lo, hi)
-    return int(spec)
 
 
 def range_option(value, name: str, minimum: int) -> tuple[int, int]:
