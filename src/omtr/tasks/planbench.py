@@ -100,15 +100,6 @@ def render_facts(atoms, config: dict, blocks_style: bool) -> str:
     return text
 
 
-def render_statement(problem_text: str, config: dict, blocks_style: bool) -> tuple[str, int]:
-    objects, init, goal = problem_atoms(problem_text)
-    stmt = (
-        f"As initial conditions I have that, {render_facts(init, config, blocks_style)}.\n"
-        f"My goal is to have that {render_facts(goal, config, blocks_style)}."
-    )
-    return stmt, len(objects)
-
-
 def _prompt_domain_text(root: Path, name: str) -> str | None:
     path = root / "prompts" / name / "task_1_plan_generation.json"
     if not path.exists():
@@ -123,6 +114,9 @@ def _prompt_domain_text(root: Path, name: str) -> str | None:
 
 
 def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
+    """Gold plans by instance id: from ``plan_generation/<name>.jsonl`` when present (PDDL object
+    names), else from the one-shot prompts' ``ground_truth_plan`` (checked against the problem's
+    objects later, since BlocksWorld ground truths name blocks by colour)."""
     path = root / "plan_generation" / f"{name}.jsonl"
     out: dict[int, list[str]] = {}
     if path.exists():
@@ -131,7 +125,19 @@ def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
                 if line.strip():
                     row = json.loads(line)
                     out[int(row["instance_id"])] = list(row["gold_plan"])
+        return out
+    prompts = root / "prompts" / name / "task_1_plan_generation.json"
+    if prompts.exists():
+        with open(prompts, encoding="utf-8") as fh:
+            for inst in json.load(fh).get("instances", []):
+                plan = [x.strip().lower() for x in str(inst.get("ground_truth_plan", "")).splitlines() if x.strip()]
+                if plan:
+                    out[int(inst["instance_id"])] = plan
     return out
+
+
+def _plan_uses_objects(plan: list[str], objects: set[str]) -> bool:
+    return all(arg in objects for step in plan for arg in step.strip("()").split()[1:])
 
 
 def import_config(root: str | Path, name: str, *, split: str | None = "test") -> list[Task]:
@@ -159,14 +165,19 @@ def import_config(root: str | Path, name: str, *, split: str | None = "test") ->
         if iid < 1:  # instance-0 of Mystery is not part of PlanBench's instance range
             continue
         problem_text = f.read_text(encoding="utf-8")
-        stmt, n_objects = render_statement(problem_text, config, blocks_style)
+        objects, init, goal = problem_atoms(problem_text)
+        stmt = (
+            f"As initial conditions I have that, {render_facts(init, config, blocks_style)}.\n"
+            f"My goal is to have that {render_facts(goal, config, blocks_style)}."
+        )
+        n_objects = len(objects)
         meta = {
             "source": f"planbench/{name}/{f.name}",
             "variant": name,
             "instance_id": iid,
             "n_objects": n_objects,
         }
-        if iid in gold:
+        if iid in gold and _plan_uses_objects(gold[iid], set(objects)):
             meta["gold_plan"] = gold[iid]
             meta["plan_length"] = len(gold[iid])
         tasks.append(
