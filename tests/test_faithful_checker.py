@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -135,18 +134,17 @@ def test_mystery_maps_onto_blocksworld(benchmarks):
     assert report.mapping["actions"]["stack"]["name"] == "overcome"
 
 
-def test_symmetric_objects_are_fast_and_exact(benchmarks):
-    """15 interchangeable blocks on the table: ties must not blow up."""
+@pytest.mark.timeout(120)  # a hang guard against exponential tie-breaking, not a speed test
+def test_symmetric_objects_are_mapped_exactly(benchmarks):
+    """15 interchangeable blocks on the table: ties must not blow up (timings: benchmarks/)."""
     objs = " ".join(f"b{i}" for i in range(15))
     init = " ".join(f"(ontable b{i}) (clear b{i})" for i in range(15))
     goal = "(and (on b0 b1))"
     d, _ = _planbench(benchmarks, "blocksworld", 1)
     p = f"(define (problem big) (:domain blocksworld-4ops) (:objects {objs}) (:init (handempty) {init}) (:goal {goal}))"
     rd, rp, _ = rename_all_with_table(d, p, random.Random(1))
-    t = time.perf_counter()
     report = check((d, p), reorder(rd, rp, random.Random(2)))
     assert report.faithful
-    assert (time.perf_counter() - t) < 2.0
 
 
 # ----------------------------------------------------------------------------- findings
@@ -252,28 +250,22 @@ def test_simulator_agrees_with_val(benchmarks):
 # ----------------------------------------------------------------------------- speed and inputs
 
 
-def test_speed_blocksworld_milliseconds(benchmarks):
+def test_repeated_checks_give_the_same_mapping(benchmarks):
+    """Timings live in benchmarks/faithfulness_mutants.py; here: determinism."""
     d, p = _planbench(benchmarks, "blocksworld", 7)
     rd, rp, _ = rename_all_with_table(d, p, random.Random(3))
-    check((d, p), (rd, rp))  # warm
-    times = []
-    for _ in range(10):
-        t = time.perf_counter()
-        assert check((d, p), (rd, rp)).faithful
-        times.append(time.perf_counter() - t)
-    times.sort()
-    assert times[5] < 0.05, f"median {times[5] * 1e3:.1f} ms"
+    reports = [check((d, p), (rd, rp)) for _ in range(5)]
+    assert all(r.faithful for r in reports)
+    assert all(r.mapping == reports[0].mapping for r in reports)
 
 
-def test_speed_largest_planbench_logistics(benchmarks):
+def test_largest_planbench_logistics_renamed_is_faithful(benchmarks):
     rows = _gold(benchmarks, "logistics")
     big = max(rows, key=lambda r: r["n_objects"])
     d = (benchmarks / big["domain_pddl_path"]).read_text()
     p = (benchmarks / big["problem_pddl_path"]).read_text()
     rd, rp, _ = rename_all_with_table(d, p, random.Random(4))
-    t = time.perf_counter()
     assert check((d, p), (rd, rp)).faithful
-    assert time.perf_counter() - t < 1.0
 
 
 def test_accepts_reference_objects():
