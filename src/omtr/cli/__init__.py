@@ -80,3 +80,17 @@ def add_command(sub, name: str, *, help: str, description: str, examples: str) -
         epilog="examples:\n" + examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def read_input_file(path: str, what: str = "") -> bytes:
+    """The bytes of a file named on the command line, or a CliError that names it."""
+    label = f"{what} {path}" if what else path
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CliError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"{label}: is a directory, expected a file") from None
+    except PermissionError:
+        raise CliError(f"{label}: permission denied") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from omtr.cli import CliError, add_command
+from omtr.cli import CliError, add_command, read_input_file
 
 EXAMPLES = """  omtr faithful --tasks tasks.jsonl --task-id bw-0007 --domain gen_domain.pddl --problem gen_problem.pddl
   omtr faithful --tasks tasks.jsonl --task-id bw-0007 --domain d.pddl --problem p.pddl --plan sas_plan
@@ -39,16 +39,7 @@ def register(sub) -> None:
 
 
 def _read_text(path: str, what: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise CliError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise CliError(f"{what} {path}: is a directory, expected a file") from None
-    except PermissionError:
-        raise CliError(f"{what} {path}: permission denied") from None
-    return data.decode("utf-8", errors="replace")
+    return read_input_file(path, what).decode("utf-8", errors="replace")
 
 
 def _find_task(path: str, task_id: str):

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from omtr.cli import CliError, add_command
+from omtr.cli import CliError, add_command, read_input_file
 
 EXAMPLES = """  omtr solve domain.pddl problem.pddl
   omtr solve domain.pddl problem.pddl --time-limit 10 --search 'astar(lmcut())'
@@ -52,18 +52,6 @@ def _config(args):
         raise CliError(str(exc)) from None
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise CliError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CliError(f"{path}: is a directory, expected a PDDL file") from None
-    except PermissionError:
-        raise CliError(f"{path}: permission denied") from None
-
-
 def run(args) -> int:
     if args.workers < 1:
         raise CliError("--workers must be at least 1")
@@ -74,7 +62,7 @@ def run(args) -> int:
         return _batch(args, cfg)
     if not (args.domain and args.problem):
         raise CliError("need DOMAIN and PROBLEM files (or --batch SPECS.jsonl); see omtr solve --help")
-    domain, problem = _read(args.domain), _read(args.problem)
+    domain, problem = read_input_file(args.domain), read_input_file(args.problem)
     from omtr.solver import solve_many
 
     v = solve_many([(domain, problem)], workers=1, config=cfg)[0]

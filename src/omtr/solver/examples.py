@@ -72,8 +72,9 @@ class Example:
     mentions: str = ""  # a word the diagnostic message must contain
 
 
-def _bw(name, category, mentions, *, dom=(), prob=()):
-    d, p = BW_DOMAIN, BW_PROBLEM
+def _variant(base_domain: str, base_problem: str, name, category, mentions, *, dom=(), prob=()) -> Example:
+    """A base spec with textual edits (each ``old`` must occur in the base)."""
+    d, p = base_domain, base_problem
     for old, new in dom:
         assert old in d, old
         d = d.replace(old, new)
@@ -83,15 +84,12 @@ def _bw(name, category, mentions, *, dom=(), prob=()):
     return Example(name, category, d, p, mentions)
 
 
-def _gr(name, category, mentions, *, dom=(), prob=()):
-    d, p = GRIPPER_DOMAIN, GRIPPER_PROBLEM
-    for old, new in dom:
-        assert old in d, old
-        d = d.replace(old, new)
-    for old, new in prob:
-        assert old in p, old
-        p = p.replace(old, new)
-    return Example(name, category, d, p, mentions)
+def _bw(*args, **kw) -> Example:
+    return _variant(BW_DOMAIN, BW_PROBLEM, *args, **kw)
+
+
+def _gr(*args, **kw) -> Example:
+    return _variant(GRIPPER_DOMAIN, GRIPPER_PROBLEM, *args, **kw)
 
 
 VALID = [
