@@ -233,6 +233,8 @@ class SolverPool:
         for key, idxs in pending.items():
             fut = futures[key]
             v = fut.result()
+            if v.timed_out or v.memory_out:  # logged, never mistaken for a proof of unsolvability
+                log.info("resource limit (%s): %s", "time" if v.timed_out else "memory", v.message)
             v.warnings = lint_warnings[key] + [w for w in v.warnings if w not in lint_warnings[key]]
             v.timings["lint_ms"] = lint_ms[idxs[0]]
             v.timings["total_ms"] = (fut.finished - fut.started) * 1000 + lint_ms[idxs[0]]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 import logging
 import random
 import time
@@ -188,14 +187,14 @@ def generate(
             seen.add(sig)
             simulate(inst.domain_pddl, inst.init, inst.goal, inst.plan)  # solvable by construction
             batch.append((inst, sig))
+            if progress:  # constructed instances; verification reports its own progress
+                progress(min(len(out) + len(batch), n), n)
         verdicts = _verify(batch, workers, solver_config) if verify else [None] * len(batch)
         for (inst, sig), verdict in zip(batch, verdicts):
             if verdict is not None and not verdict.success:
                 log.warning("%s: dropping an instance the environment did not solve: %s", family, verdict.message)
                 continue
             out.append(_to_task(fam, inst, sig, bucket=split_of(sig, ratios), seed=seed, verdict=verdict))
-            if progress:
-                progress(len(out), n)
         want = n - len(out)
     return out[:n]
 
@@ -239,8 +238,8 @@ def _verify(batch: list[tuple[Instance, str]], workers: int, config) -> list:
     if not batch:
         return []
     t0 = time.monotonic()
-    kwargs = {"progress": True} if "progress" in inspect.signature(solve_many).parameters else {}
-    verdicts = solve_many([(i.domain_pddl, i.problem_pddl) for i, _ in batch], workers=workers, config=config, **kwargs)
+    verdicts = solve_many([(i.domain_pddl, i.problem_pddl) for i, _ in batch], workers=workers, config=config,
+                          progress=True)
     log.info("verified %d references with the environment in %.1f s", len(batch), time.monotonic() - t0)
     return verdicts
 
