@@ -120,3 +120,11 @@ def test_validate_plan_names_unknown_actions_and_wrong_arity():
     assert not check.valid and "`fly`" in check.message
     check = validate_plan(BW_DOMAIN, BW_PROBLEM, ["(pick-up a b)"])
     assert not check.valid and "`pick-up` takes 1" in check.message
+
+
+def test_missing_typing_requirement_is_a_warning(pool):
+    from omtr.solver.examples import GRIPPER_DOMAIN, GRIPPER_PROBLEM
+
+    d = GRIPPER_DOMAIN.replace("(:requirements :strips :typing)", "(:requirements :strips)")
+    v = pool.solve(d, GRIPPER_PROBLEM)
+    assert v.success and any(":typing" in w for w in v.warnings)

@@ -111,6 +111,8 @@ MALFORMED = [
         dom=[(":parameters (?from ?to - room)", ":parameters (?from ?to - rom)")]),
     _gr("object-wrong-type-in-init", "object_type", "`ball1`", prob=[("(at-robby rooma)", "(at-robby ball1)")]),
     _gr("object-undeclared-object-type", "object_type", "`bal`", prob=[("ball1 ball2 - ball", "ball1 ball2 - bal")]),
+    _gr("object-constant-redeclared", "object_type", "`rooma`",
+        dom=[("(:types room ball gripper)", "(:types room ball gripper)\n  (:constants rooma - room)")]),
     # --- predicate_schema
     _bw("schema-undeclared-predicate", "predicate_schema", "`holdin`",
         dom=[(":precondition (holding ?x)", ":precondition (holdin ?x)")]),

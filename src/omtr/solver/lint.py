@@ -149,8 +149,10 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
     for p, params in dom.predicates.items():
         for v, t in params:
             _check_type(dom, t, f"parameter {v} of predicate `{p}`", dom.lines.get(f"predicate:{p}"))
-    if dom.typed is False and any(t != ROOT_TYPE for _, t in _all_params(dom)):
-        res.warnings.append("typed parameters are used but :typing is not in :requirements")
+    if not {":typing", ":adl"} & set(dom.requirements) and (
+        dom.types or any(t != ROOT_TYPE for _, t in _all_params(dom))
+    ):
+        res.warnings.append("types are used but :typing is not in :requirements; add it")
     used_preds: set[str] = set()
     for act in dom.actions.values():
         for v, t in act.parameters:
@@ -360,10 +362,11 @@ def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
     line = prob.lines.get(":objects")
     for o, t in prob.objects.items():
         _check_type(dom, t, f"the declaration of object `{o}`", line)
-        if o in dom.constants and dom.constants[o] != t:
+        if o in dom.constants:
             raise SpecError(
                 Category.OBJECT_TYPE,
-                f"object `{o}` is declared with type `{t}` but is also a domain constant of type `{dom.constants[o]}`",
+                f"object `{o}` is declared in :objects but is already a domain constant "
+                f"(type `{dom.constants[o]}`); remove it from :objects",
                 line,
             )
     used: set[str] = set()
