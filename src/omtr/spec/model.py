@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from omtr.spec.categories import Category
-from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr
+from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr, to_text
 
 ROOT_TYPE = "object"
 
@@ -139,10 +139,10 @@ def _sections(root: SList, kind: str, what: str):
         )
     header = root[1]
     if not isinstance(header, list) or header.head != kind or len(header) != 2 or isinstance(header[1], list):
-        found = header.head if isinstance(header, list) else header
+        found = to_text(header)[:60]
         raise SpecError(
             Category.SYNTAX,
-            f"{what}: expected ({kind} NAME) after define, found {found!r} at line {_line(header) or root.line}",
+            f"{what}: expected ({kind} NAME) after define, found {found} at line {_line(header) or root.line}",
             _line(header) or root.line,
         )
     for sec in root[2:]:
@@ -173,7 +173,15 @@ def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
                 )
             seen_sections.add(key)
         if key == ":requirements":
-            dom.requirements = [str(r) for r in sec[1:] if not isinstance(r, list)]
+            for r in sec[1:]:
+                if isinstance(r, list) or not r.startswith(":"):
+                    raise SpecError(
+                        Category.SYNTAX,
+                        f"domain :requirements (line {sec.line}) may hold only flags like :strips or :typing, "
+                        f"found {to_text(r)[:40]}",
+                        sec.line,
+                    )
+            dom.requirements = [str(r) for r in sec[1:]]
             dom.typed = ":typing" in dom.requirements or ":adl" in dom.requirements
         elif key == ":types":
             for t, parent in parse_typed_list(sec[1:], "domain :types", allow_vars=False):
