@@ -687,16 +687,12 @@ def family_specs(family: str, n: int, seed: int = 0, source: str = "auto") -> li
 
     ``source``: ``"generators"`` (``omtr.tasks.generators``, unverified, fast), ``"planbench"``
     (bundled PlanBench files; Gripper uses a small built-in untyped domain), or ``"auto"``
-    (generators when importable, else the files).
+    (generators for the families they know, else the files, e.g. for depots).
     """
     if source in ("auto", "generators"):
-        try:
-            from omtr.tasks.generators import generate  # issue 3
-        except ImportError:
-            if source == "generators":
-                raise
-            generate = None
-        if generate is not None:
+        from omtr.tasks.generators import families, generate
+
+        if source == "generators" or family in families():
             tasks = generate(family, n, seed, verify=False)
             return [(t.id, t.reference.domain, t.reference.problem) for t in tasks if t.reference is not None]
     rng = random.Random(seed)
