@@ -54,14 +54,6 @@ def _close_pools() -> None:
     _pools.clear()
 
 
-def _cache_for(cfg: SolverConfig):
-    if not cfg.cache:
-        return None
-    if cfg.cache_dir:
-        return ResultCache(cfg.cache_max_entries, cfg.cache_dir)
-    return shared_cache()
-
-
 def solve(domain_text, problem_text, config: SolverConfig | None = None) -> Verdict:
     """E(y): the verdict for one spec. Never raises for bad input; it becomes a verdict."""
     return solve_many([(domain_text, problem_text)], workers=1, config=config)[0]
@@ -70,8 +62,7 @@ def solve(domain_text, problem_text, config: SolverConfig | None = None) -> Verd
 def solve_many(specs, workers: int = 1, config: SolverConfig | None = None, *, progress: bool = False) -> list[Verdict]:
     """Verdicts for ``(domain, problem)`` pairs in input order, over ``workers`` processes."""
     cfg = config or SolverConfig()
-    pool = shared_pool(workers)
-    if cfg.cache_dir:
-        with SolverPool(workers, cfg, cache=_cache_for(cfg)) as own:
+    if cfg.cache_dir:  # a pool of its own, whose cache lives in cache_dir
+        with SolverPool(workers, cfg) as own:
             return own.solve_many(specs, cfg, progress=progress)
-    return pool.solve_many(specs, cfg, progress=progress)
+    return shared_pool(workers).solve_many(specs, cfg, progress=progress)

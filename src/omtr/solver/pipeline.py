@@ -143,17 +143,17 @@ def read_plan(path: str) -> list[str]:
     return steps
 
 
-def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig, lint: LintResult | None = None) -> Verdict:
+def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig) -> Verdict:
     """Plan and validate a spec that passed lint.
 
-    ``lint`` is the spec's lint result when the caller has it; a worker passes None and the spec
-    is re-parsed only if a failure needs explaining (its warnings are added by the caller).
+    The spec is parsed again only if a failure needs explaining; lint warnings are added by the
+    caller, which linted the spec before sending it.
     """
     timings: dict[str, float] = {}
-    v = Verdict(success=False, warnings=list(lint.warnings) if lint else [], timings=timings)
+    v = Verdict(success=False, timings=timings)
 
     def unsolvable(why: str) -> Verdict:
-        return _unsolvable(v, lint or run_lint(domain_text, problem_text, cfg), why)
+        return _unsolvable(v, run_lint(domain_text, problem_text, cfg), why)
 
     tmp = tempfile.mkdtemp(prefix="omtr-solve-")
     try:

@@ -1,7 +1,7 @@
 """The local solver fleet: long-lived worker processes with a warm translator.
 
 The caller's process lints every spec (milliseconds, no planner) and answers repeated specs
-from the cache; only specs that need the planner travel to a worker over a pipe. Each worker is
+from the cache; only specs that need the planner travel to a worker over a socket. Each worker is
 watched with a wall clock: a worker that does not answer in time, or dies, is killed together
 with its planner processes (they carry a parent-death signal) and replaced.
 """
@@ -32,7 +32,7 @@ class _Worker:
     never re-imported in the worker.
     """
 
-    def __init__(self, memory_limit_mb: int):
+    def __init__(self):
         import socket
         import subprocess
         import sys
@@ -45,7 +45,7 @@ class _Worker:
         src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "omtr.solver.worker", str(theirs.fileno()), str(memory_limit_mb)],
+            [sys.executable, "-m", "omtr.solver.worker", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             preexec_fn=proc.die_with_parent,
             env=env,
@@ -108,7 +108,7 @@ class SolverPool:
             ResultCache(self.config.cache_max_entries, self.config.cache_dir) if self.config.cache else None
         )
         self._jobs: queue.Queue = queue.Queue()
-        self._workers = [self._new_worker() for _ in range(workers)]
+        self._workers = [_Worker() for _ in range(workers)]
         for w in self._workers:
             w.wait_ready()
         self._threads = [
@@ -118,9 +118,6 @@ class SolverPool:
         self._closed = False
         for t in self._threads:
             t.start()
-
-    def _new_worker(self) -> _Worker:
-        return _Worker(self.config.memory_limit_mb)
 
     @property
     def workers(self) -> int:
@@ -170,7 +167,7 @@ class SolverPool:
 
     def _replace(self, i: int) -> None:
         self._workers[i].kill()
-        w = self._new_worker()
+        w = _Worker()
         w.wait_ready()
         self._workers[i] = w
 
@@ -190,7 +187,7 @@ class SolverPool:
         out: list[Verdict | None] = [None] * len(specs)
         pending: dict[str, list[int]] = {}
         futures: dict[str, _Future] = {}
-        lint_ms: dict[int, float] = {}
+        lint_ms: dict[str, float] = {}
         lint_warnings: dict[str, list[str]] = {}
         bar = Progress(len(specs), "solving", quiet=not progress)
         use_cache = self.cache is not None and cfg.cache
@@ -222,12 +219,11 @@ class SolverPool:
                 out[idx] = hit
                 bar.update()
                 continue
-            lint_ms[idx] = ms
-            lint_warnings[key] = res.warnings
             if key in pending:
                 pending[key].append(idx)
                 continue
             pending[key] = [idx]
+            lint_ms[key], lint_warnings[key] = ms, res.warnings
             fut = futures[key] = _Future()
             self._jobs.put((domain, problem, cfg, fut))
         for key, idxs in pending.items():
@@ -236,8 +232,8 @@ class SolverPool:
             if v.timed_out or v.memory_out:  # logged, never mistaken for a proof of unsolvability
                 log.info("resource limit (%s): %s", "time" if v.timed_out else "memory", v.message)
             v.warnings = lint_warnings[key] + [w for w in v.warnings if w not in lint_warnings[key]]
-            v.timings["lint_ms"] = lint_ms[idxs[0]]
-            v.timings["total_ms"] = (fut.finished - fut.started) * 1000 + lint_ms[idxs[0]]
+            v.timings["lint_ms"] = lint_ms[key]
+            v.timings["total_ms"] = (fut.finished - fut.started) * 1000 + lint_ms[key]
             if use_cache:
                 self.cache.put(key, v)
                 for idx in idxs:

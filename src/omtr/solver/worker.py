@@ -1,4 +1,4 @@
-"""A solver worker process: ``python -m omtr.solver.worker FD MEMORY_MB``.
+"""A solver worker process: ``python -m omtr.solver.worker FD``.
 
 It imports the Fast Downward translator once and then answers specs sent over the socket ``FD``
 until it receives ``None`` or its parent dies.
@@ -16,7 +16,7 @@ from omtr.spec.categories import Category
 log = logging.getLogger(__name__)
 
 
-def _worker_main(conn, memory_limit_mb: int) -> None:
+def _worker_main(conn) -> None:
     import signal
 
     from omtr.solver import proc
@@ -47,9 +47,8 @@ def _worker_main(conn, memory_limit_mb: int) -> None:
             return  # the translator ran out of memory in this process: start afresh
 
 
-
 if __name__ == "__main__":
     import sys
     from multiprocessing.connection import Connection
 
-    _worker_main(Connection(int(sys.argv[1])), int(sys.argv[2]))
+    _worker_main(Connection(int(sys.argv[1])))
