@@ -12,7 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from omtr.spec.categories import Category
-from omtr.spec.model import Action, Domain, Problem, atoms_of
+from omtr.solver.lint import COMPARATORS
+from omtr.spec.model import LOGICAL, Action, Domain, Problem, atoms_of
 from omtr.spec.sexpr import to_text
 
 
@@ -27,28 +28,25 @@ class _Budget(Exception):
 
 
 def _positive_pre(act: Action):
-    """Positive precondition atoms usable for relaxed matching (over-approximation)."""
+    """Positive atoms of the precondition's top-level conjunction.
+
+    Atoms under ``or``/``not``/quantifiers and numeric comparisons are left out, so matching only
+    these over-approximates where the action applies (sound for proving it never does).
+    """
     out = []
-    if act.precondition is None:
-        return out
-    for atom, neg, bound in atoms_of(act.precondition):
-        if neg or atom[0] == "=" or any(isinstance(t, str) and t in bound for t in atom[1:]):
-            continue
-        out.append(tuple(atom))
-    # disjunctions make atoms optional: keep only top-level conjunctive atoms for soundness
-    if act.precondition.head in ("or", "imply", "exists", "forall"):
-        return []
-    return [a for a in out if _in_conjunction(act.precondition, a)]
 
+    def walk(f):
+        if not isinstance(f, list) or not f:
+            return
+        if f.head == "and":
+            for g in f[1:]:
+                walk(g)
+        elif f.head is not None and f.head not in LOGICAL and f.head != "=" and f.head not in COMPARATORS:
+            out.append(tuple(f))
 
-def _in_conjunction(f, atom) -> bool:
-    if not isinstance(f, list) or not f:
-        return False
-    if tuple(f) == atom:
-        return True
-    if f.head == "and":
-        return any(_in_conjunction(g, atom) for g in f[1:])
-    return False
+    if act.precondition is not None:
+        walk(act.precondition)
+    return out
 
 
 def _add_effects(act: Action):
