@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from omtr.config import SolverConfig
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
-from omtr.spec.model import ROOT_TYPE, Domain, Problem, SpecError, atoms_of, parse_domain, parse_problem
+from omtr.spec.model import (
+    ROOT_TYPE, Domain, Problem, SpecError, atoms_of, parse_domain, parse_problem, parse_typed_list,
+)
 from omtr.spec.sexpr import SList, to_text
 
 KNOWN_REQUIREMENTS = {
@@ -280,8 +282,6 @@ def _check_formula(dom, f, scope, where, used, *, objects=None, effect=False, go
         for g in f[1:]:
             _check_formula(dom, g, scope, where, used, objects=objects, goal=goal)
     elif h in ("exists", "forall"):
-        from omtr.spec.model import parse_typed_list
-
         if len(f) != 3 or not isinstance(f[1], list):
             raise SpecError(Category.SYNTAX, f"{where}: ({h} (?v - type) FORMULA) expected at line {line}", line)
         if effect and h == "exists":
@@ -414,15 +414,10 @@ def _check_goal_static(dom: Domain, prob: Problem, init_atoms: set[tuple], res: 
     if lits is None:
         return
     adds, dels = _effect_predicates(dom)
-    def _is_type_atom(atom):
-        return atom[0] in dom.types and atom[0] not in dom.predicates
-
     for atom, neg in lits:
-        if atom[0] == "=":
-            continue
+        if atom[0] == "=" or atom[0] in dom.types and atom[0] not in dom.predicates:
+            continue  # equality, or a type used as a unary predicate
         text = to_text(list(atom))
-        if _is_type_atom(atom):
-            continue
         if not neg and atom not in init_atoms and atom[0] not in adds:
             raise SpecError(
                 Category.GOAL_CONSTRAINT,
