@@ -22,9 +22,9 @@ import sys
 import time
 
 from omtr.faithfulness import check
+from omtr.paths import benchmarks_dir, planbench_family
 from omtr.faithfulness.mutators import (
     FAMILIES,
-    _planbench,
     accuracy,
     format_table,
     rename_all,
@@ -61,16 +61,16 @@ def main(argv=None) -> int:
             ok &= a["verdict_accuracy"] == 1.0 and a["first_category_accuracy"] >= 0.95
         print()
 
-    pb = _planbench()
-    bw_d = (pb / "blocksworld" / "generated_domain.pddl").read_text()
-    bw_p = (pb / "blocksworld" / "generated_basic" / "instance-1.pddl").read_text()
+    root = benchmarks_dir(required=True)
+    bw_d, bw_files = planbench_family("blocksworld", root)
+    bw_p = bw_files[0].read_text()  # instance-1
     med, worst = _time_pair(bw_d, bw_p, args.repeats)
     print(f"BlocksWorld instance-1 vs renamed copy: median {med:.2f} ms, max {worst:.2f} ms")
-    with open(pb.parent / "plan_generation" / "logistics.jsonl") as f:
+    with open(root / "planbench" / "plan_generation" / "logistics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     big = max(rows, key=lambda r: r["n_objects"])
-    ld = (pb.parent.parent / big["domain_pddl_path"]).read_text()
-    lp = (pb.parent.parent / big["problem_pddl_path"]).read_text()
+    ld = (root / big["domain_pddl_path"]).read_text()
+    lp = (root / big["problem_pddl_path"]).read_text()
     med, worst = _time_pair(ld, lp, args.repeats)
     print(f"largest PlanBench Logistics ({big['problem_pddl_path'].rsplit('/', 1)[1]}, {big['n_objects']} objects) "
           f"vs renamed copy: median {med:.2f} ms, max {worst:.2f} ms")

@@ -34,26 +34,21 @@ import time
 from pathlib import Path
 
 from omtr.config import SolverConfig
-from omtr.paths import benchmarks_dir
+from omtr.paths import planbench_family
 from omtr.solver import ResultCache, SolverPool
 from omtr.solver import proc
 from omtr.solver.examples import MALFORMED
 
-SMALL = {
-    "blocksworld": ("blocksworld/generated_domain.pddl", "blocksworld/generated_basic"),
-    "mystery": ("blocksworld/mystery/generated_domain.pddl", "blocksworld/mystery/generated_basic"),
-    "logistics": ("logistics/generated_domain.pddl", "logistics/generated_basic"),
-}
+SMALL = ("blocksworld", "mystery_blocksworld", "logistics")
 
 
 def build_mix(n: int, seed: int):
-    root = benchmarks_dir(required=True) / "planbench" / "instances"
     rng = random.Random(seed)
     valid = []
     per = -(-n // len(SMALL))
-    for dom_rel, folder in SMALL.values():
-        domain = (root / dom_rel).read_text()
-        files = sorted((root / folder).glob("instance-*.pddl"))
+    for family in SMALL:
+        domain, files = planbench_family(family)
+        files = sorted(files)  # path order, as the published figures were measured
         # "small": the smaller half of the folder by file size
         files = sorted(files, key=lambda p: p.stat().st_size)[: len(files) // 2]
         valid += [(domain, p.read_text()) for p in rng.sample(files, per)]

@@ -5,15 +5,12 @@ import random
 import pytest
 
 from omtr.config import ConfigError, SolverConfig
+from omtr.paths import planbench_family
 from omtr.solver import SolverPool, solve, solve_many, validate_plan
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, MALFORMED, VALID
 from omtr.spec.categories import Category
 
-FAMILIES = {
-    "blocksworld": ("blocksworld/generated_domain.pddl", "blocksworld/generated_basic"),
-    "mystery": ("blocksworld/mystery/generated_domain.pddl", "blocksworld/mystery/generated_basic"),
-    "logistics": ("logistics/generated_domain.pddl", "logistics/generated_basic"),
-}
+FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics")
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +21,11 @@ def pool():
 
 def test_planbench_sample_solved_with_val_valid_plans(benchmarks, pool):
     rng = random.Random(7)
-    inst = benchmarks / "planbench" / "instances"
     specs, names = [], []
-    for fam, (dom, folder) in FAMILIES.items():
-        files = sorted((inst / folder).glob("instance-*.pddl"))
+    for fam in FAMILIES:
+        domain, files = planbench_family(fam, benchmarks)
         for path in rng.sample(files, 20):
-            specs.append(((inst / dom).read_text(), path.read_text()))
+            specs.append((domain, path.read_text()))
             names.append(f"{fam}/{path.name}")
     verdicts = pool.solve_many(specs)
     assert len(verdicts) == 60

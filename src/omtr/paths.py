@@ -26,3 +26,20 @@ def benchmarks_dir(required: bool = False) -> Path | None:
 def default_tracking_uri() -> str:
     """MLflow's URI: ``$MLFLOW_TRACKING_URI`` (set by ``mlflow run``) or a SQLite file in the working dir."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+
+
+# PlanBench's instance folders (under planbench/instances/) of each family's basic set.
+PLANBENCH_FOLDERS = {
+    "blocksworld": "blocksworld",
+    "mystery_blocksworld": "blocksworld/mystery",
+    "logistics": "logistics",
+    "depots": "depots",
+}
+
+
+def planbench_family(family: str, root: Path | None = None) -> tuple[str, list[Path]]:
+    """The domain text and the instance files (in numeric order) of a PlanBench family."""
+    root = root or benchmarks_dir(required=True)
+    base = root / "planbench" / "instances" / PLANBENCH_FOLDERS[family]
+    files = sorted((base / "generated_basic").glob("instance-*.pddl"), key=lambda p: int(p.stem.split("-")[1]))
+    return (base / "generated_domain.pddl").read_text(), files

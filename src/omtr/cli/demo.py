@@ -20,11 +20,7 @@ EXAMPLES = """  omtr demo                                        # SQLite MLflow
   mlflow run . -e main --env-manager local             # the same through MLproject
 """
 
-FAMILIES = {  # PlanBench folders used by the demo
-    "blocksworld": ("blocksworld/generated_domain.pddl", "blocksworld/generated_basic"),
-    "mystery_blocksworld": ("blocksworld/mystery/generated_domain.pddl", "blocksworld/mystery/generated_basic"),
-    "logistics": ("logistics/generated_domain.pddl", "logistics/generated_basic"),
-}
+FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics")  # PlanBench families in the demo
 
 
 def register(sub) -> None:
@@ -47,18 +43,16 @@ def register(sub) -> None:
 
 def collect_specs(n: int, seed: int):
     """[(id, source, expected_category, domain, problem)] from the bundled examples and PlanBench."""
-    from omtr.paths import benchmarks_dir
+    from omtr.paths import benchmarks_dir, planbench_family
     from omtr.solver.examples import ALL
 
     specs = [(e.name, "handwritten", e.category, e.domain, e.problem) for e in ALL]
     root = benchmarks_dir()
     if root is None:
         return specs, False
-    inst = root / "planbench" / "instances"
     rng = random.Random(seed)
-    for fam, (dom_rel, folder) in FAMILIES.items():
-        domain = (inst / dom_rel).read_text()
-        files = sorted((inst / folder).glob("instance-*.pddl"), key=lambda p: int(p.stem.split("-")[1]))
+    for fam in FAMILIES:
+        domain, files = planbench_family(fam, root)
         for path in sorted(rng.sample(files, min(n, len(files)))):
             specs.append((f"{fam}/{path.stem}", fam, None, domain, path.read_text()))
     return specs, True

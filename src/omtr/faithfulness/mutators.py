@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
+from omtr.paths import planbench_family
 from omtr.spec.sexpr import SList, Sym, read_sexpr, to_text
 
 log = logging.getLogger(__name__)
@@ -642,15 +641,6 @@ MUTATORS: list[Mutator] = [
 
 # ----------------------------------------------------------------------------- families
 
-def _planbench() -> Path:
-    env = os.environ.get("OMTR_BENCHMARKS")
-    root = Path(env) if env else Path(__file__).resolve().parents[4] / "shared" / "benchmarks"
-    return root / "planbench" / "instances"
-
-
-
-_PLANBENCH_DIRS = {"blocksworld": "blocksworld", "mystery_blocksworld": "blocksworld/mystery",
-                   "logistics": "logistics", "depots": "depots"}
 FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics", "gripper")
 
 GRIPPER_DOMAIN = """(define (domain gripper-strips)
@@ -698,9 +688,7 @@ def family_specs(family: str, n: int, seed: int = 0, source: str = "auto") -> li
     rng = random.Random(seed)
     if family == "gripper":
         return [(f"gripper-{i}", GRIPPER_DOMAIN, gripper_problem(2 + i % 3, 2 + i % 4, rng)) for i in range(n)]
-    base = _planbench() / _PLANBENCH_DIRS[family]
-    domain = (base / "generated_domain.pddl").read_text()
-    files = sorted((base / "generated_basic").glob("instance-*.pddl"), key=lambda f: int(f.stem.split("-")[1]))
+    domain, files = planbench_family(family)
     picks = rng.sample(files, min(n, len(files)))
     return [(f"{family}/{f.stem}", domain, f.read_text()) for f in picks]
 
