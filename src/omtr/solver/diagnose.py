@@ -12,8 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from omtr.spec.categories import Category
-from omtr.solver.lint import COMPARATORS
-from omtr.spec.model import LOGICAL, Action, Domain, Problem, atoms_of
+from omtr.spec.model import COMPARATORS, LOGICAL, Action, Domain, Problem, atoms_of
 from omtr.spec.sexpr import to_text
 
 

@@ -16,7 +16,8 @@ from omtr.config import SolverConfig
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 from omtr.spec.model import (
-    ROOT_TYPE, Domain, Problem, SpecError, atoms_of, parse_domain, parse_problem, parse_typed_list,
+    COMPARATORS, ROOT_TYPE, Domain, Problem, SpecError, atoms_of, conjunction_literals, parse_domain,
+    parse_problem, parse_typed_list,
 )
 from omtr.spec.sexpr import SList, to_text
 
@@ -30,7 +31,6 @@ KNOWN_REQUIREMENTS = {
     ":safety-constraints", ":expression-evaluation", ":open-world", ":true-negation", ":ucpop",
 }
 NUMERIC_OPS = {"increase", "decrease", "assign", "scale-up", "scale-down"}
-COMPARATORS = {"<", ">", "<=", ">="}
 
 
 @dataclass
@@ -315,27 +315,8 @@ def _check_formula(dom, f, scope, where, used, *, objects=None, effect=False, go
         _check_atom(dom, f, scope, objects, where, used, goal=goal)
 
 
-def _conj_literals(f):
-    """Top-level literals of a conjunction: [(atom, negated)]; None for other shapes."""
-    if not isinstance(f, list) or not f:
-        return []
-    if f.head == "and":
-        out = []
-        for g in f[1:]:
-            sub = _conj_literals(g)
-            if sub is None:
-                return None
-            out.extend(sub)
-        return out
-    if f.head == "not" and len(f) == 2 and isinstance(f[1], list) and f[1].head not in ("and", "or", "not", "imply", "exists", "forall"):
-        return [(tuple(f[1]), True)]
-    if f.head in ("or", "imply", "exists", "forall", "not", "when") or f.head in COMPARATORS:
-        return None
-    return [(tuple(f), False)]
-
-
 def _action_hints(dom: Domain, act, res: LintResult) -> None:
-    pre = _conj_literals(act.precondition) or []
+    pre = conjunction_literals(act.precondition) or []
     pos = {a for a, n in pre if not n}
     neg = {a for a, n in pre if n}
     both = pos & neg
@@ -410,7 +391,7 @@ def _effect_predicates(dom: Domain) -> tuple[set[str], set[str]]:
 
 
 def _check_goal_static(dom: Domain, prob: Problem, init_atoms: set[tuple], res: LintResult) -> None:
-    lits = _conj_literals(prob.goal)
+    lits = conjunction_literals(prob.goal)
     if lits is None:
         return
     adds, dels = _effect_predicates(dom)

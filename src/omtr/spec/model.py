@@ -387,6 +387,27 @@ def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
 
 
 LOGICAL = {"and", "or", "not", "imply", "exists", "forall", "when"}
+COMPARATORS = {"<", ">", "<=", ">="}
+
+
+def conjunction_literals(f) -> list[tuple[tuple, bool]] | None:
+    """The literals of a (nested) conjunction as [(atom, negated)]; None if it holds anything else
+    (disjunction, quantifier, implication, conditional effect, numeric comparison)."""
+    if not isinstance(f, list) or not f:
+        return []
+    if f.head == "and":
+        out = []
+        for g in f[1:]:
+            sub = conjunction_literals(g)
+            if sub is None:
+                return None
+            out.extend(sub)
+        return out
+    if f.head == "not" and len(f) == 2 and isinstance(f[1], list) and f[1].head not in LOGICAL:
+        return [(tuple(f[1]), True)]
+    if f.head in LOGICAL or f.head in COMPARATORS:
+        return None
+    return [(tuple(f), False)]
 
 
 def atoms_of(formula, negated: bool = False, *, effect: bool = False) -> Iterator[tuple[SList, bool, frozenset]]:

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from omtr.spec.model import parse_domain, parse_problem
+from omtr.spec.model import conjunction_literals, parse_domain, parse_problem
 
 Atom = tuple[str, ...]
 
@@ -36,20 +36,11 @@ class Schema:
 
 def _conj(formula, what: str) -> tuple[list[Atom], list[Atom]]:
     """(positive atoms, negated atoms) of a conjunction of literals."""
-    pos: list[Atom] = []
-    neg: list[Atom] = []
-    if formula is None:
-        return pos, neg
-    items = formula[1:] if isinstance(formula, list) and formula.head == "and" else [formula]
-    for lit in items:
-        if not isinstance(lit, list) or not lit:
-            continue
-        if lit.head == "not":
-            neg.append(tuple(str(x) for x in lit[1]))
-        elif lit.head in ("and", "or", "forall", "exists", "when", "imply"):
-            raise ValueError(f"{what}: only conjunctions of literals are supported here")
-        else:
-            pos.append(tuple(str(x) for x in lit))
+    lits = conjunction_literals(formula)
+    if lits is None:
+        raise ValueError(f"{what}: only conjunctions of literals are supported here")
+    pos = [tuple(str(x) for x in a) for a, neg in lits if not neg]
+    neg = [tuple(str(x) for x in a) for a, neg in lits if neg]
     return pos, neg
 
 
