@@ -62,7 +62,7 @@ def test_translator_time_limit_in_the_warm_worker():
 
 
 def test_many_limited_calls_leave_no_process(benchmarks):
-    d, p = _hard(benchmarks, 100)
+    d, p = _hard(benchmarks)  # 13 blocks: blind search cannot finish within these limits
     cfg = SolverConfig(time_limit_s=1, search="astar(blind())", memory_limit_mb=300, cache=False)
     with SolverPool(2, cfg) as pool:
         vs = pool.solve_many([(d, p)] * 4 + [(BW_DOMAIN, BW_PROBLEM)] * 2)
