@@ -10,34 +10,18 @@ References that use disjunction, quantifiers or conditional effects are sent to 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from omtr.faithfulness.mapping import Mapping
 from omtr.faithfulness.normal import EQ, NSpec
+from omtr.spec.plan import read_plan
 
 log = logging.getLogger(__name__)
-
-_STEP = re.compile(r"\(([^()]*)\)")
 
 
 def parse_plan(plan) -> list[list[str]]:
     """Plan text or list of step strings -> [[action, arg, ...], ...] (lower case)."""
-    if isinstance(plan, str):
-        lines = plan.splitlines()
-    else:
-        lines = [str(s) for s in plan]
-    steps = []
-    for line in lines:
-        line = line.split(";", 1)[0].strip()
-        if not line:
-            continue
-        m = _STEP.search(line)
-        body = m.group(1) if m else line
-        toks = body.lower().split()
-        if toks:
-            steps.append(toks)
-    return steps
+    return [[step.name, *step.args] for step in read_plan(plan)]
 
 
 def _ground(args, binding):

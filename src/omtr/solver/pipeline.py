@@ -24,6 +24,8 @@ from omtr.solver.lint import LintResult
 from omtr.solver.lint import lint as run_lint
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
+from omtr.spec.plan import read_plan as read_steps
+from omtr.spec.plan import read_plan_file
 
 log = logging.getLogger(__name__)
 
@@ -130,17 +132,8 @@ def _translator_error(text: str) -> tuple[Category, str]:
     return Category.SYNTAX, f"the planner's translator could not read the spec: {summary}"
 
 
-_PLAN_LINE = re.compile(r"^\s*\(([^;]*)\)\s*$")
-
-
 def read_plan(path: str) -> list[str]:
-    steps = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _PLAN_LINE.match(line)
-            if m:
-                steps.append("(" + " ".join(m.group(1).split()) + ")")
-    return steps
+    return read_plan_file(path)
 
 
 def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig) -> Verdict:
@@ -324,19 +317,14 @@ def _unknown_steps(domain_text: str, plan: str) -> str | None:
         dom = parse_domain(domain_text)
     except SpecError:
         return None  # VAL reports the domain's own problems
-    for n, line in enumerate(plan.splitlines(), 1):
-        m = _PLAN_LINE.match(line.split(";")[0])
-        if not m:
-            continue
-        name, *args = m.group(1).lower().split()
-        if ":" in name:  # timed plans "0.001: (act a)" are left to VAL
+    for n, step in enumerate(read_steps(plan, bare=False), 1):
+        if step.time is not None:  # timed plans are left to VAL
             return None
-        act = dom.actions.get(name)
+        act = dom.actions.get(step.name)
         if act is None:
-            return f"plan step {n} ({m.group(1)}) uses action `{name}`, which the domain does not define"
-        if len(args) != len(act.parameters):
-            return (f"plan step {n} ({m.group(1)}) gives {len(args)} arguments but `{name}` takes "
-                    f"{len(act.parameters)}")
+            return f"plan step {n} {step} uses action `{step.name}`, which the domain does not define"
+        if len(step.args) != len(act.parameters):
+            return f"plan step {n} {step} gives {len(step.args)} arguments but `{step.name}` takes {len(act.parameters)}"
     return None
 
 

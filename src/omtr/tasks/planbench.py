@@ -20,6 +20,7 @@ import logging
 import re
 from pathlib import Path
 
+from omtr.spec.plan import read_plan
 from omtr.tasks.generators import STATEMENT_SEP, join_facts
 from omtr.tasks.records import ReferenceSpec, Task
 from omtr.tasks.strips import problem_atoms
@@ -130,14 +131,14 @@ def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
     if prompts.exists():
         with open(prompts, encoding="utf-8") as fh:
             for inst in json.load(fh).get("instances", []):
-                plan = [x.strip().lower() for x in str(inst.get("ground_truth_plan", "")).splitlines() if x.strip()]
+                plan = [str(step) for step in read_plan(str(inst.get("ground_truth_plan", "")))]
                 if plan:
                     out[int(inst["instance_id"])] = plan
     return out
 
 
 def _plan_uses_objects(plan: list[str], objects: set[str]) -> bool:
-    return all(arg in objects for step in plan for arg in step.strip("()").split()[1:])
+    return all(arg in objects for step in read_plan(plan) for arg in step.args)
 
 
 def import_config(root: str | Path, name: str, *, split: str | None = "test") -> list[Task]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from omtr.spec.model import conjunction_literals, parse_domain, parse_problem
+from omtr.spec.plan import parse_step
 
 Atom = tuple[str, ...]
 
@@ -56,10 +57,10 @@ def schemas(domain_text: str) -> dict[str, Schema]:
 
 
 def parse_action(step: str) -> tuple[str, tuple[str, ...]]:
-    parts = step.strip().strip("()").lower().split()
-    if not parts:
-        raise PlanError(f"empty plan step {step!r}")
-    return parts[0], tuple(parts[1:])
+    parsed = parse_step(step)
+    if parsed is None:
+        raise PlanError(f"not a plan step: {step!r}")
+    return parsed.name, parsed.args
 
 
 def simulate(domain_text: str, init: Iterable[Atom], goal: Iterable[Atom], plan: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from omtr.spec.plan import format_step, parse_step
 from omtr.tasks.generators import Family, GenerationError, Instance, join_facts, register, statement
 from omtr.tasks.strips import render_problem
 
@@ -226,9 +227,8 @@ def constructive_plan(init_towers: list[list[str]], goal_towers: list[list[str]]
 
 def _rename_plan(plan: list[str], actions: dict[str, str]) -> list[str]:
     out = []
-    for step in plan:
-        name, *args = step.strip("()").split()
-        out.append("(" + " ".join([actions[name], *args]) + ")")
+    for step in map(parse_step, plan):
+        out.append(format_step(actions[step.name], step.args))
     return out
 
 
