@@ -109,3 +109,141 @@ def solver_profile(name: str = "paper") -> SolverConfig:
         return PROFILES[name]["solver"]  # type: ignore[return-value]
     except KeyError:
         raise ConfigError(f"unknown profile {name!r}; choose one of {sorted(PROFILES)}") from None
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Where the solver fleet is and how a client talks to it (``solver.url``).
+
+    With ``url`` unset (the default) the local :class:`~omtr.solver.SolverPool` verifies specs;
+    with it set, ``omtr solve --batch`` (and later the trainer, evaluator and served model) send
+    them to ``omtr solver serve`` through :class:`omtr.solver.client.FleetClient`.
+    """
+
+    url: str | None = field(
+        default=None,
+        metadata={"help": "Base URL of an `omtr solver serve` fleet, e.g. http://127.0.0.1:8600 "
+                          "(env OMTR_SOLVER_URL). None: verify with the local pool."},
+    )
+    token: str | None = field(
+        default=None,
+        metadata={"help": "Bearer token the fleet expects (env OMTR_SOLVER_TOKEN, or OMTR_SOLVER_TOKEN_FILE)."},
+    )
+    connect_timeout_s: float = field(
+        default=5.0, metadata={"help": "Seconds to open a connection to the fleet before retrying."}
+    )
+    read_timeout_s: float = field(
+        default=900.0,
+        metadata={"help": "Seconds to wait for one batch's answer; must cover the slowest batch "
+                          "(specs per request x time limit / server workers)."},
+    )
+    retries: int = field(
+        default=8, metadata={"help": "Retries of one batch on 5xx, 429 and connection errors before giving up."}
+    )
+    backoff_s: float = field(
+        default=0.25, metadata={"help": "First retry delay in seconds; doubles per retry, with full jitter."}
+    )
+    max_backoff_s: float = field(default=15.0, metadata={"help": "Longest delay between two retries in seconds."})
+    overload_wait_s: float = field(
+        default=600.0,
+        metadata={"help": "How long one batch may keep waiting on 429/503 answers (an overloaded or restarting "
+                          "fleet) before giving up; these waits do not use up `retries`."},
+    )
+    concurrency: int = field(
+        default=4, metadata={"help": "Batches one client keeps in flight at once (connection pool size)."}
+    )
+    batch_specs: int = field(
+        default=64,
+        metadata={"help": "Specs per request; lowered to the server's own limit when it is smaller."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")) or len(self.url.split("://", 1)[1].strip("/")) == 0:
+                raise ConfigError(f"solver url must look like http://HOST:PORT, got {self.url!r}")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ConfigError("connect_timeout_s and read_timeout_s must be positive (seconds)")
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
+        if self.backoff_s < 0 or self.max_backoff_s < self.backoff_s:
+            raise ConfigError("backoff_s must be >= 0 and max_backoff_s >= backoff_s")
+        if self.overload_wait_s < 0:
+            raise ConfigError(f"overload_wait_s must be >= 0, got {self.overload_wait_s}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.batch_specs < 1:
+            raise ConfigError(f"batch_specs must be >= 1, got {self.batch_specs}")
+
+    @classmethod
+    def from_env(cls, environ=None, **overrides) -> "FleetConfig":
+        """The config with ``url`` and ``token`` taken from OMTR_SOLVER_URL / OMTR_SOLVER_TOKEN[_FILE]."""
+        import os
+
+        env = os.environ if environ is None else environ
+        token = env.get("OMTR_SOLVER_TOKEN") or None
+        if token is None and env.get("OMTR_SOLVER_TOKEN_FILE"):
+            path = env["OMTR_SOLVER_TOKEN_FILE"]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    token = f.read().strip() or None
+            except OSError as exc:
+                raise ConfigError(f"OMTR_SOLVER_TOKEN_FILE={path}: cannot read it ({exc.strerror})") from None
+        base = {"url": env.get("OMTR_SOLVER_URL") or None, "token": token}
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Limits of one `omtr solver serve` process (the fleet's pod)."""
+
+    workers: int = field(default=1, metadata={"help": "Solver worker processes (one planner call each at a time)."})
+    max_batch_specs: int = field(default=256, metadata={"help": "Most specs accepted in one request (more: 413)."})
+    max_body_bytes: int = field(
+        default=32 * 1024 * 1024, metadata={"help": "Largest accepted request body in bytes (larger: 413)."}
+    )
+    queue_specs: int = field(
+        default=1024,
+        metadata={"help": "Specs admitted at once (running + waiting); a request that would exceed it gets "
+                          "429 with Retry-After instead of an unbounded queue."},
+    )
+    chunk_specs: int = field(
+        default=0,
+        metadata={"help": "Specs of a request handed to the pool at a time (0: 4 x workers); a client that "
+                          "disconnects stops its batch at the next chunk."},
+    )
+    max_time_limit_s: float = field(
+        default=60.0, metadata={"help": "Largest per-request time_limit_s a client may ask for."}
+    )
+    max_memory_limit_mb: int = field(
+        default=4096, metadata={"help": "Largest per-request memory_limit_mb a client may ask for."}
+    )
+    idempotency_entries: int = field(
+        default=256, metadata={"help": "Finished batches remembered by Idempotency-Key (a retry gets the same answer)."}
+    )
+    drain_timeout_s: float = field(
+        default=900.0, metadata={"help": "On SIGTERM, how long in-flight batches may take to finish."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.max_batch_specs < 1:
+            raise ConfigError(f"max_batch_specs must be >= 1, got {self.max_batch_specs}")
+        if self.max_body_bytes < 4096:
+            raise ConfigError("max_body_bytes must be at least 4096")
+        if self.queue_specs < self.max_batch_specs:
+            raise ConfigError(
+                f"queue_specs={self.queue_specs} is smaller than max_batch_specs={self.max_batch_specs}: "
+                "a full batch could never be admitted; raise queue_specs or lower max_batch_specs"
+            )
+        if self.chunk_specs < 0:
+            raise ConfigError("chunk_specs must be >= 0 (0: 4 x workers)")
+        if self.max_time_limit_s <= 0 or self.max_memory_limit_mb < 64:
+            raise ConfigError("max_time_limit_s must be positive and max_memory_limit_mb at least 64")
+        if self.idempotency_entries < 0 or self.drain_timeout_s < 0:
+            raise ConfigError("idempotency_entries and drain_timeout_s must be >= 0")
+
+    @property
+    def chunk(self) -> int:
+        return self.chunk_specs or 4 * self.workers
