@@ -1,0 +1,147 @@
+"""``omtr infer``: the Actor -> planner -> Editor loop, greedy, on any task file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jsonl
+  omtr infer --model runs/model --tasks bw.jsonl --budget 6 --batch-size 8 --workers 2 --out traces.jsonl
+  omtr infer --model small --tasks bw.jsonl --out traces.jsonl --resume     # continue a stopped run
+  omtr infer --model scripted:answers.jsonl --tasks my_tasks.jsonl --out traces.jsonl
+
+--model is a model directory (omtr model init), a profile (small, micro, paper), or
+scripted:ANSWERS.jsonl, which replays fixed answers: one {"id": ..., "texts": ["<Actor's answer>",
+"<first repair>", ...]} line per task. Task files need only "id" and "nl" per line; reference PDDL,
+if present, is dropped while reading. Each finished episode is appended to --out as one JSON line
+(id, success, planner_calls, final domain/problem/plan, and every step's text, spec, verdict, Judge
+score, token counts and times). A summary (solved, calls per task, categories) goes to stdout.
+"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "infer",
+        help="turn NL tasks into solver-checked PDDL with the Actor -> planner -> Editor loop",
+        description=(
+            "Run the episode loop greedily: the Actor writes a spec per task, the planner checks "
+            "it, and the Editor repairs failed specs from the planner's diagnostic until one "
+            "succeeds or the budget of planner calls is spent."
+        ),
+        examples=EXAMPLES,
+    )
+    p.add_argument("--model", required=True, metavar="DIR|PROFILE",
+                   help="model directory, profile (small, micro, paper) or scripted:ANSWERS.jsonl")
+    p.add_argument("--tasks", required=True, metavar="FILE.jsonl", help="task records ({id, nl} per line)")
+    p.add_argument("--out", required=True, metavar="TRACES.jsonl", help="where episode traces go")
+    p.add_argument("--budget", type=int, default=None, metavar="K",
+                   help="planner calls per task: the Actor's spec plus K-1 repairs (default 6)")
+    p.add_argument("--batch-size", type=int, default=8, metavar="N",
+                   help="episodes generated together (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="token limit per answer (default 768)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
+    p.add_argument("--no-judge", action="store_true", help="skip the Judge's scores")
+    p.add_argument("--device", default=None, help="torch device for the model (default: the profile's)")
+    p.add_argument("--workers", type=int, default=1, help="solver worker processes (default 1)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
+    p.add_argument("--resume", action="store_true", help="keep --out and skip task ids already in it")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.set_defaults(handler=run)
+
+
+def _done_ids(path: str) -> set[str]:
+    done = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                done.add(str(json.loads(line)["id"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a kill: that task runs again
+    return done
+
+
+def _check_args(args) -> None:
+    if args.budget is not None and args.budget < 1:
+        raise CliError(f"--budget must be at least 1 (the Actor's spec), got {args.budget}")
+    if args.batch_size < 1:
+        raise CliError("--batch-size must be at least 1")
+    if args.workers < 1:
+        raise CliError("--workers must be at least 1")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise CliError("--max-new-tokens must be at least 1")
+    if args.limit is not None and args.limit < 0:
+        raise CliError("--limit must be >= 0")
+    if os.path.exists(args.out) and not (args.resume or args.overwrite):
+        raise CliError(f"{args.out} exists; pass --resume to continue it or --overwrite to replace it")
+
+
+def run(args) -> int:
+    _check_args(args)
+    from omtr.config import ConfigError, EpisodeConfig, SolverConfig
+    from omtr.inference.episode import run_episodes, summarize
+    from omtr.inference.loading import load_policy
+    from omtr.inference.policy import Sampling
+    from omtr.inference.scripted import PolicyLoadError
+    from omtr.progress import Progress
+    from omtr.solver import SolverPool
+    from omtr.tasks.training import TaskFormatError, load_training_tasks
+
+    try:
+        tasks = load_training_tasks(args.tasks)
+    except TaskFormatError as exc:
+        raise CliError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
+    if args.limit is not None:
+        tasks = tasks[: args.limit]
+    done = _done_ids(args.out) if args.resume and os.path.exists(args.out) else set()
+    todo = [t for t in tasks if t.id not in done]
+    try:
+        solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    options = {"device": args.device} if args.device else {}
+    try:
+        policy = load_policy(args.model, tasks=tasks, **options)
+    except PolicyLoadError as exc:
+        raise CliError(str(exc)) from None
+    sampling = Sampling(greedy=True)
+    if args.max_new_tokens:
+        sampling = Sampling(greedy=True, max_new_tokens=args.max_new_tokens)
+
+    bar = Progress(len(todo), "episodes", quiet=args.quiet)
+    mode = "a" if args.resume else "w"
+    with open(args.out, mode, encoding="utf-8") as out, SolverPool(args.workers, solver_cfg) as pool:
+        def write(ep) -> None:  # appended as each episode ends: a killed run keeps what finished
+            out.write(json.dumps(ep.to_json(), ensure_ascii=False) + "\n")
+            out.flush()
+            bar.update()
+
+        episodes = run_episodes(todo, policy, pool, config=EpisodeConfig(), budget=args.budget,
+                                sampling=sampling, batch_size=args.batch_size, judge=not args.no_judge,
+                                on_episode=write)
+    bar.close()
+    summary = summarize(episodes)
+    summary["skipped_as_done"] = len(done & {t.id for t in tasks})
+    _print_summary(summary, args.out)
+    return 0
+
+
+def _print_summary(s: dict, out: str) -> None:
+    n = s["tasks"]
+    pct = f"{100 * s['solve_rate']:.1f}%" if n else "-"
+    print(f"tasks: {n}  solved: {s['solved']} ({pct})  by the Actor: {s['actor_solved']}  "
+          f"after repair: {s['repaired']}")
+    print(f"planner calls: {s['planner_calls']}  per task: {s['calls_per_task']}  "
+          f"per solved task: {s['calls_per_solved_task'] if s['calls_per_solved_task'] is not None else '-'}")
+    for key, label in (("first_categories", "Actor's specs"), ("final_categories", "final specs")):
+        cats = ", ".join(f"{k} {v}" for k, v in s[key].items()) or "-"
+        print(f"{label}: {cats}")
+    if s["skipped_as_done"]:
+        print(f"skipped (already in {out}): {s['skipped_as_done']}")
+    print(f"traces: {out}")
+    sys.stdout.flush()
