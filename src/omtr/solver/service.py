@@ -433,6 +433,8 @@ def build_app(service: FleetService):
 def serve(scfg: ServiceConfig, solver: SolverConfig, host: str = "127.0.0.1", port: int = 8600,
           token: str | None = None, log_level: str = "info") -> int:
     """Run the service until SIGTERM/SIGINT; running batches finish first (drain), then it exits."""
+    import signal
+
     import uvicorn
 
     service = FleetService(scfg, solver, token)
@@ -443,6 +445,8 @@ def serve(scfg: ServiceConfig, solver: SolverConfig, host: str = "127.0.0.1", po
         def handle_exit(self, sig, frame):  # SIGTERM/SIGINT: stop admitting before uvicorn stops listening
             service.begin_drain()
             super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:  # drained is a clean exit (status 0), not death by signal
+                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=scfg.drain_timeout_s, lifespan="on")
