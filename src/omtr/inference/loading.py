@@ -1,0 +1,43 @@
+"""``--model DIR|PROFILE|scripted:FILE`` -> a :class:`~omtr.inference.policy.Policy`.
+
+* ``scripted:ANSWERS.jsonl`` replays fixed answers (:mod:`omtr.inference.scripted`);
+* anything else is a model directory or a profile name (``small``, ``micro``, ``paper``) and is
+  handed to the role model's loader, ``omtr.model.load_policy(spec, **options)``, imported only
+  here so that the loop and the command line start without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterable
+
+from omtr.inference.policy import Policy
+from omtr.inference.scripted import PolicyLoadError, ScriptedPolicy
+
+SCRIPTED = "scripted:"
+
+
+def load_policy(spec: str, *, tasks: Iterable | None = None, **options) -> Policy:
+    """The policy named by ``spec``. ``tasks`` is needed by ``scripted:`` (answers are keyed by id);
+    ``options`` (e.g. ``device``) go to the role model's loader."""
+    if not spec or not spec.strip():
+        raise PolicyLoadError("--model is empty; give a model directory, a profile (small, micro, paper) "
+                              "or scripted:ANSWERS.jsonl")
+    if spec.startswith(SCRIPTED):
+        return ScriptedPolicy.from_jsonl(spec[len(SCRIPTED):], list(tasks or []))
+    try:
+        model = importlib.import_module("omtr.model")
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == "omtr.model" or exc.name.startswith("omtr.model.")):
+            raise PolicyLoadError(
+                f"cannot load model {spec!r}: the role model (omtr.model) is not part of this installation; "
+                "use --model scripted:ANSWERS.jsonl to replay fixed answers"
+            ) from None
+        raise PolicyLoadError(
+            f"cannot load model {spec!r}: the ML stack is missing ({exc.name}); "
+            "install it with: pip install -c constraints.txt -e '.[ml]'"
+        ) from None
+    loader = getattr(model, "load_policy", None)
+    if loader is None:
+        raise PolicyLoadError(f"cannot load model {spec!r}: omtr.model has no load_policy(spec) yet")
+    return loader(spec, **options)

@@ -1,0 +1,66 @@
+"""The contract between the episode loop and whatever writes specs: :class:`Policy`.
+
+The episode loop (``omtr.inference.episode``) never touches a language model directly. It asks a
+policy for text in one of three roles and for Judge scores; the role model in ``omtr.model``
+implements this protocol, and so do scripted policies in tests and (later) LLM backends.
+
+Prompts are chat messages (``[{"role": "system"|"user"|"assistant", "content": str}, ...]``);
+the policy applies its own chat template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+ROLES = ("actor", "judge", "editor")
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to decode: greedy (evaluation) or temperature + nucleus sampling (training)."""
+
+    greedy: bool = True
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_new_tokens: int = 768
+    seed: int | None = None
+
+
+@dataclass
+class Generation:
+    """One sequence a policy wrote, with what PPO and the trace need."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    # Log-probabilities of the sampled tokens under the distribution that was sampled
+    # (the grammar-constrained one when a grammar is on); same length as token_ids.
+    logprobs: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    finish_reason: str = "stop"  # stop (spec complete / EOS) | length (token limit)
+    timings: dict[str, float] = field(default_factory=dict)  # ms: prefill_ms, decode_ms, ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the episode loop needs from a model."""
+
+    def generate(
+        self,
+        role: str,
+        prompts: Sequence[Messages],
+        sampling: Sampling,
+        *,
+        stop_when: Callable[[str], bool] | None = None,
+    ) -> list[Generation]:
+        """One generation per prompt, in order. ``role`` is ``actor`` or ``editor``.
+
+        ``stop_when(text_so_far)`` returning True ends that sequence early (e.g. once both the
+        domain and the problem block are closed)."""
+        ...
+
+    def judge(self, prompts: Sequence[Messages]) -> list[float]:
+        """The Judge's probability in [0, 1] that the planner accepts each (task, spec)."""
+        ...

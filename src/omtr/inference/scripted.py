@@ -1,0 +1,118 @@
+"""A scripted policy: fixed answers per task, replayed in order. For tests and for users.
+
+Each task has a script: the Actor's answer, then the Editor's answers in order (the last one is
+repeated if the Editor is asked more often). The task is recognised by its NL text in the prompt,
+so the same prompts the role model would see drive the script. ``stop_when`` is honoured line by
+line, as a decoder would stop once the spec is complete.
+
+From the command line: ``omtr infer --model scripted:ANSWERS.jsonl``, one line per task::
+
+    {"id": "bw-1", "texts": ["<Actor's answer>", "<first repair>", ...], "score": 0.8}
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from omtr.inference.policy import Generation, Messages, Sampling
+
+
+class PolicyLoadError(ValueError):
+    """A ``--model`` value that cannot be turned into a policy; the message says why."""
+
+
+class ScriptedPolicy:
+    """Deterministic :class:`~omtr.inference.policy.Policy` returning given texts per call."""
+
+    def __init__(self, scripts: Mapping[str, Sequence[str]], *, scores: Mapping[str, float] | None = None,
+                 default_score: float = 0.5):
+        """``scripts`` and ``scores`` are keyed by the task's NL text."""
+        self.scripts = {nl: list(texts) for nl, texts in scripts.items()}
+        self.scores = dict(scores or {})
+        self.default_score = default_score
+        self.calls: list[tuple[str, list[Messages]]] = []  # every generate/judge call, for tests
+        self._edits: dict[str, int] = defaultdict(int)
+        self._by_length = sorted(self.scripts, key=len, reverse=True)
+
+    @classmethod
+    def for_tasks(cls, tasks: Iterable, scripts_by_id: Mapping[str, Sequence[str]], *,
+                  scores_by_id: Mapping[str, float] | None = None, default_score: float = 0.5) -> "ScriptedPolicy":
+        nl_of = {t.id: t.nl for t in tasks}
+        unknown = sorted(set(scripts_by_id) - set(nl_of))
+        if unknown:
+            raise PolicyLoadError(f"scripts for unknown task ids {unknown[:5]}")
+        return cls({nl_of[i]: texts for i, texts in scripts_by_id.items()},
+                   scores={nl_of[i]: s for i, s in (scores_by_id or {}).items() if i in nl_of},
+                   default_score=default_score)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, tasks: Iterable) -> "ScriptedPolicy":
+        """Read ``{"id", "texts": [...], "score"?}`` lines; ids must be tasks' ids."""
+        p = Path(path)
+        if not p.is_file():
+            raise PolicyLoadError(f"scripted answers file {p} does not exist")
+        scripts, scores = {}, {}
+        with open(p, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise PolicyLoadError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+                texts = rec.get("texts") if isinstance(rec, dict) else None
+                if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts) \
+                        or not isinstance(rec.get("id"), str):
+                    raise PolicyLoadError(f'{p}:{n}: expected {{"id": "...", "texts": ["<answer>", ...]}}')
+                scripts[rec["id"]] = texts
+                if isinstance(rec.get("score"), (int, float)):
+                    scores[rec["id"]] = float(rec["score"])
+        return cls.for_tasks(tasks, scripts, scores_by_id=scores)
+
+    # ------------------------------------------------------------------ Policy
+    def _task_of(self, prompt: Messages) -> str | None:
+        last = next((m["content"] for m in reversed(prompt) if m["role"] == "user"), "")
+        if last in self.scripts:
+            return last
+        return next((nl for nl in self._by_length if nl in last), None)
+
+    def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
+                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+        self.calls.append((role, list(prompts)))
+        out = []
+        for prompt in prompts:
+            key = self._task_of(prompt)
+            texts = self.scripts.get(key, [""]) if key is not None else [""]
+            if role == "actor":
+                self._edits[key] = 0
+                text = texts[0]
+            else:
+                self._edits[key] += 1
+                text = texts[min(self._edits[key], len(texts) - 1)]
+            text, reason = _cut(text, stop_when)
+            pieces = text.split()
+            out.append(Generation(
+                text=text, token_ids=list(range(len(pieces))), logprobs=[0.0] * len(pieces),
+                prompt_tokens=sum(len(m["content"].split()) for m in prompt), finish_reason=reason,
+            ))
+        return out
+
+    def judge(self, prompts: Sequence[Messages]) -> list[float]:
+        self.calls.append(("judge", list(prompts)))
+        return [self.scores.get(self._task_of(p), self.default_score) for p in prompts]
+
+
+def _cut(text: str, stop_when: Callable[[str], bool] | None) -> tuple[str, str]:
+    """The text up to the line where ``stop_when`` first holds (as an early-stopping decoder)."""
+    if stop_when is None:
+        return text, "stop"
+    lines = text.splitlines(keepends=True)
+    acc = ""
+    for line in lines:
+        acc += line
+        if stop_when(acc):
+            return acc, "stop"
+    return text, "stop"
