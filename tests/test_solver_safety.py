@@ -74,8 +74,6 @@ def test_many_limited_calls_leave_no_process(benchmarks):
 GARBAGE = {
     "non-utf8": b"\xff\xfe(define (domain x))",
     "nul": "(define (domain x)\x00)",
-    "oversized": "(define (domain x) " + "(:predicates (p))" * 20000 + ")",
-    "deep-nesting": "(define (domain x) " + "(" * 5000 + ")" * 5000 + ")",
     "empty": "",
     "whitespace": "   \n\t ",
     "none": None,
@@ -90,6 +88,23 @@ GARBAGE = {
 }
 
 
+# Over omtr's own limits: not malformed PDDL, so not `syntax`, but a limit verdict.
+OVER_LIMITS = {
+    "oversized": "(define (domain x) " + "(:predicates (p))" * 20000 + ")",
+    "deep-nesting": "(define (domain x) " + "(" * 5000 + ")" * 5000 + ")",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVER_LIMITS))
+def test_over_a_limit_is_a_limit_verdict_not_syntax(name):
+    bad = OVER_LIMITS[name]
+    for v in (solve(bad, BW_PROBLEM), solve(BW_DOMAIN, bad)):
+        assert not v.success and v.too_large and v.limited, (name, v)
+        assert v.category == Category.UNREACHABLE_SEARCH and v.stage == "lint"
+        assert not v.timed_out and not v.memory_out
+        assert ("max_file_bytes" if name == "oversized" else "max_nesting") in v.message
+
+
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 def test_garbage_gets_a_syntax_verdict_fast(name):
     bad = GARBAGE[name]
@@ -101,9 +116,21 @@ def test_garbage_gets_a_syntax_verdict_fast(name):
     assert time.monotonic() - t0 < 20  # a hang guard: these never reach a planner
 
 
-def test_oversized_message_names_the_limit():
-    v = solve(GARBAGE["oversized"], BW_PROBLEM, SolverConfig(max_file_bytes=4096))
-    assert "4096-byte limit" in v.message
+def test_size_limit_names_its_setting_and_can_be_raised():
+    padded = BW_DOMAIN + (";" + "x" * 60 + "\n") * 80  # valid PDDL, 5 KB of comments
+    v = solve(padded, BW_PROBLEM, SolverConfig(max_file_bytes=4096))
+    assert v.too_large and "4,096 bytes" in v.message and "--max-file-bytes" in v.message
+    assert solve(padded, BW_PROBLEM, SolverConfig(max_file_bytes=8192)).success
+
+
+def test_cli_flag_raises_the_size_limit(tmp_path):
+    d, p = tmp_path / "d.pddl", tmp_path / "p.pddl"
+    d.write_text(BW_DOMAIN + (";" + "x" * 60 + "\n") * 5000)  # 300 KB (VAL is slow on one long line)
+    p.write_text(BW_PROBLEM)
+    over = json.loads(_omtr("solve", str(d), str(p)).stdout)
+    assert over["too_large"] and over["category"] == "unreachable_search" and not over["success"]
+    raised = json.loads(_omtr("solve", str(d), str(p), "--max-file-bytes", "400000").stdout)
+    assert raised["success"] and not raised["too_large"]
 
 
 def test_cache_ignores_whitespace_comments_and_case():

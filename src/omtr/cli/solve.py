@@ -12,6 +12,7 @@ EXAMPLES = """  omtr solve domain.pddl problem.pddl
   omtr solve domain.pddl problem.pddl --time-limit 10 --search 'astar(lmcut())'
   omtr solve --batch specs.jsonl --out verdicts.jsonl --workers 2
   omtr solve --batch specs.jsonl --out verdicts.jsonl --resume   # continue a stopped batch
+  omtr solve big-domain.pddl problem.pddl --max-file-bytes 1000000  # a file over the 256 KiB limit
 
 Each batch line is {"id": ..., "domain": "<PDDL text>", "problem": "<PDDL text>"}; each output
 line is {"id": ..., <verdict>}. The exit status is 0 whenever verdicts were produced.
@@ -35,6 +36,10 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
     p.add_argument("--memory-limit", type=int, metavar="MB", help="planner memory limit in MiB (default 4096)")
     p.add_argument("--search", metavar="STR", help="Fast Downward alias or search string (default lama-first)")
+    p.add_argument("--max-file-bytes", type=int, metavar="N",
+                   help="largest accepted domain or problem file (default 262144); larger ones get too_large")
+    p.add_argument("--max-nesting", type=int, metavar="N",
+                   help="deepest accepted parenthesis nesting (default 64, at most 500)")
     p.add_argument("--no-cache", action="store_true", help="do not answer from the result cache")
     p.add_argument("--cache-dir", metavar="DIR", help="keep the result cache on disk in DIR")
     p.set_defaults(handler=run)
@@ -47,6 +52,7 @@ def _config(args):
         return SolverConfig().replace(
             time_limit_s=args.time_limit, memory_limit_mb=args.memory_limit, search=args.search,
             cache=False if args.no_cache else None, cache_dir=args.cache_dir,
+            max_file_bytes=args.max_file_bytes, max_nesting=args.max_nesting,
         )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
@@ -63,9 +69,11 @@ def run(args) -> int:
     if not (args.domain and args.problem):
         raise CliError("need DOMAIN and PROBLEM files (or --batch SPECS.jsonl); see omtr solve --help")
     domain, problem = read_input_file(args.domain), read_input_file(args.problem)
-    from omtr.solver import solve_many
+    from omtr.solver.pool import SolverPool
 
-    v = solve_many([(domain, problem)], workers=1, config=cfg)[0]
+    # One spec: plan in this process (no worker to start); the disk cache if one is given.
+    with SolverPool(0, cfg.replace(cache=bool(cfg.cache_dir))) as pool:
+        v = pool.solve(domain, problem)
     json.dump(v.to_json(), sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -88,15 +88,6 @@ def _has_complex(f) -> bool:
     return any(_has_complex(g) for g in f[1:] if isinstance(g, list))
 
 
-def _ancestors(types: dict[str, str], t: str) -> list[str]:
-    out, seen = [], set()
-    while t and t != ROOT_TYPE and t not in seen:
-        seen.add(t)
-        out.append(t)
-        t = types.get(t, ROOT_TYPE)
-    return out
-
-
 def normalize(domain_text: str, problem_text: str) -> NSpec:
     """Parse and normalise; raises :class:`NormalizeError` for anything unusable."""
     if not isinstance(domain_text, str) or not isinstance(problem_text, str):
@@ -134,7 +125,7 @@ def _normalize(dom, prob) -> NSpec:
     for o, t in objects.items():
         if t.startswith("either:"):
             raise NormalizeError("problem", f"object {o} has an (either ...) type")
-        for a in _ancestors(dom.types, t):
+        for a in dom.ancestors(t)[:-1]:  # every declared type above it; `object` says nothing
             init.add((TYPE_PREFIX + a, (o,)))
             arity[TYPE_PREFIX + a] = 1
     for atom in prob.init:

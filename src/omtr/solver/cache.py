@@ -52,7 +52,7 @@ def exact_key(domain, problem, cfg: SolverConfig) -> str:
 
 
 def cacheable(v: Verdict) -> bool:
-    return not (v.timed_out or v.memory_out)
+    return not v.limited
 
 
 class ResultCache:

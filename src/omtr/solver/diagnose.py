@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from omtr.spec.categories import Category
 from omtr.spec.model import COMPARATORS, LOGICAL, Action, Domain, Problem, atoms_of
-from omtr.spec.sexpr import to_text
+from omtr.spec.sexpr import SList, Sym, to_text
 
 
 @dataclass
@@ -56,6 +56,17 @@ def _add_effects(act: Action):
     return out
 
 
+def _rule_schemas(dom: Domain) -> list[Action]:
+    """Derived-predicate rules as actions without deletes: the body is the precondition, the head
+    the only add effect. Under the delete relaxation a rule behaves exactly like such an action."""
+    out = []
+    for rule in dom.derived:
+        head = SList([Sym(rule.name, rule.line), *(Sym(v, rule.line) for v, _ in rule.parameters)], line=rule.line)
+        out.append(Action(name=f"(:derived {rule.name})", parameters=list(rule.parameters),
+                          precondition=rule.body, effect=head, line=rule.line))
+    return out
+
+
 def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0):
     """Return (reachable atoms, fired action names) under the delete relaxation, or None if too big."""
     deadline = time.monotonic() + time_budget_s
@@ -71,7 +82,7 @@ def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0)
     index: dict[str, set[tuple]] = defaultdict(set)
     for f in facts:
         index[f[0]].add(f)
-    schemas = [(a, _positive_pre(a), _add_effects(a)) for a in dom.actions.values()]
+    schemas = [(a, _positive_pre(a), _add_effects(a)) for a in [*dom.actions.values(), *_rule_schemas(dom)]]
     fired: set[str] = set()
     changed = True
     try:
@@ -92,13 +103,7 @@ def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0)
 
 
 def _ancestors(dom: Domain, t: str):
-    out = [t, "object"]
-    seen = {t}
-    while t in dom.types and dom.types[t] not in seen:
-        t = dom.types[t]
-        seen.add(t)
-        out.append(t)
-    return out
+    return dom.ancestors(t)
 
 
 def _bindings(act: Action, pre, index, by_type, deadline):
@@ -166,6 +171,12 @@ def diagnose_unsolvable(dom: Domain, prob: Problem, hints=()) -> Diagnosis:
         achievers = [
             a.name for a in dom.actions.values() if any(e[0] == atom[0] and len(e) == len(atom) for e in _add_effects(a))
         ]
+        if atom[0] in dom.derived_predicates:
+            return Diagnosis(
+                Category.GOAL_CONSTRAINT,
+                f"goal atom {text} can never become true: the body of the derived predicate `{atom[0]}` "
+                "is never satisfied for these arguments from this initial state",
+            )
         if not achievers:
             return Diagnosis(
                 Category.GOAL_CONSTRAINT,

@@ -16,7 +16,7 @@ from omtr.config import SolverConfig
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
 from omtr.spec.model import (
-    COMPARATORS, ROOT_TYPE, Domain, Problem, SpecError, atoms_of, conjunction_literals, parse_domain,
+    COMPARATORS, ROOT_TYPE, Domain, Problem, SpecError, SpecLimitError, atoms_of, conjunction_literals, parse_domain,
     parse_problem, parse_typed_list,
 )
 from omtr.spec.sexpr import SList, to_text
@@ -52,32 +52,19 @@ def decode_input(data, what: str, cfg: SolverConfig) -> str:
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = bytes(data)
         if len(data) > cfg.max_file_bytes:
-            raise SpecError(
-                Category.SYNTAX,
-                f"{what}: {len(data)} bytes is larger than the {cfg.max_file_bytes}-byte limit; "
-                "a PDDL file for one task should be far smaller",
-                file=what,
-            )
+            raise _too_large(what, len(data), cfg)
         try:
             data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SpecError(
-                Category.SYNTAX,
-                f"{what}: not UTF-8 text (invalid byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                "write PDDL as plain ASCII/UTF-8",
-                file=what,
-            ) from None
+        except UnicodeDecodeError:
+            # Fast Downward reads files as Latin-1 (any byte is a character) and accepts non-ASCII
+            # only in comments; the reader applies the same rule to the decoded text.
+            data = data.decode("latin-1")
     if not isinstance(data, str):
         raise SpecError(
             Category.SYNTAX, f"{what}: expected PDDL text, got {type(data).__name__}", file=what
         )
     if len(data) > cfg.max_file_bytes and len(data.encode("utf-8", "surrogatepass")) > cfg.max_file_bytes:
-        raise SpecError(
-            Category.SYNTAX,
-            f"{what}: {len(data.encode('utf-8', 'surrogatepass'))} bytes is larger than the "
-            f"{cfg.max_file_bytes}-byte limit; a PDDL file for one task should be far smaller",
-            file=what,
-        )
+        raise _too_large(what, len(data.encode("utf-8", "surrogatepass")), cfg)
     nul = data.find("\x00")
     if nul >= 0:
         line = data.count("\n", 0, nul) + 1
@@ -93,6 +80,15 @@ def decode_input(data, what: str, cfg: SolverConfig) -> str:
             Category.SYNTAX, f"{what}: contains unpaired surrogate characters; write plain UTF-8 text", file=what
         ) from None
     return data
+
+
+def _too_large(what: str, size: int, cfg: SolverConfig) -> SpecLimitError:
+    return SpecLimitError(
+        f"size limit: the {what} is {size:,} bytes, over omtr's limit of {cfg.max_file_bytes:,} bytes per file "
+        "(a guard against runaway model output, not a verdict on the PDDL); raise it with "
+        "SolverConfig.max_file_bytes or `omtr solve --max-file-bytes N`",
+        file=what,
+    )
 
 
 def _suggest(name: str, candidates) -> str:
@@ -115,7 +111,10 @@ def lint(domain_text, problem_text, cfg: SolverConfig | None = None) -> LintResu
     except SpecError as exc:
         res.error = exc
     except RecursionError:  # defensive: nesting is bounded by the reader, formulas by max_nesting
-        res.error = SpecError(Category.SYNTAX, "spec is nested too deeply to analyse; simplify the formulas")
+        res.error = SpecLimitError(
+            "nesting limit: the spec's formulas are nested too deeply to analyse; lower the nesting or "
+            "SolverConfig.max_nesting"
+        )
     return res
 
 
@@ -137,15 +136,13 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
     for r in dom.requirements:
         if r not in KNOWN_REQUIREMENTS:
             res.warnings.append(f"unknown requirement {r} in :requirements")
+    res.warnings.extend(dom.notes)
     # type hierarchy
-    for t, parent in dom.types.items():
-        _check_type(dom, parent, f"the declaration of type `{t}`", dom.lines.get(f"type:{t}"))
-        seen, cur = {t}, parent
-        while cur in dom.types:
-            if cur in seen:
-                raise SpecError(Category.OBJECT_TYPE, f"type `{t}` is its own ancestor (cycle in :types)", dom.lines.get(f"type:{t}"))
-            seen.add(cur)
-            cur = dom.types[cur]
+    for t, parents in dom.types.items():
+        for parent in parents:
+            _check_type(dom, parent, f"the declaration of type `{t}`", dom.lines.get(f"type:{t}"))
+        if any(t in dom.ancestors(p) for p in parents):
+            raise SpecError(Category.OBJECT_TYPE, f"type `{t}` is its own ancestor (cycle in :types)", dom.lines.get(f"type:{t}"))
     for c, t in dom.constants.items():
         _check_type(dom, t, f"constant `{c}`", dom.lines.get(f"constant:{c}"))
     for p, params in dom.predicates.items():
@@ -165,6 +162,36 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
                 continue
             _check_formula(dom, formula, scope, f"action `{act.name}` {part}", used_preds, effect=part == "effect")
         _action_hints(dom, act, res)
+    derived = dom.derived_predicates
+    for rule in dom.derived:
+        where = f"derived predicate `{rule.name}` (line {rule.line})"
+        if rule.name not in dom.predicates:
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"{where} is not declared in :predicates{_suggest(rule.name, dom.predicates)}; "
+                f"declare ({rule.name} ...) there",
+                rule.line,
+            )
+        if len(rule.parameters) != len(dom.predicates[rule.name]):
+            raise SpecError(
+                Category.PREDICATE_SCHEMA,
+                f"{where} has {len(rule.parameters)} parameters but `{rule.name}` is declared with "
+                f"{len(dom.predicates[rule.name])}",
+                rule.line,
+            )
+        for v, t in rule.parameters:
+            _check_type(dom, t, f"parameter {v} of {where}", rule.line)
+        used_preds.add(rule.name)
+        _check_formula(dom, rule.body, dict(rule.parameters), where, used_preds)
+    for act in dom.actions.values():
+        for atom, _, _ in atoms_of(act.effect, effect=True):
+            if atom[0] in derived:
+                raise SpecError(
+                    Category.PREDICATE_SCHEMA,
+                    f"action `{act.name}` changes `{atom[0]}` in its effect, but `{atom[0]}` is a derived "
+                    "predicate (defined by :derived); only its rule may make it true",
+                    act.line,
+                )
     for p in dom.predicates:
         if p not in used_preds:
             res.warnings.append(f"predicate `{p}` is declared but no action uses it")
@@ -395,9 +422,10 @@ def _check_goal_static(dom: Domain, prob: Problem, init_atoms: set[tuple], res: 
     if lits is None:
         return
     adds, dels = _effect_predicates(dom)
+    derived = dom.derived_predicates
     for atom, neg in lits:
-        if atom[0] == "=" or atom[0] in dom.types and atom[0] not in dom.predicates:
-            continue  # equality, or a type used as a unary predicate
+        if atom[0] == "=" or atom[0] in derived or atom[0] in dom.types and atom[0] not in dom.predicates:
+            continue  # equality, a derived predicate (its rule decides), or a type used as a predicate
         text = to_text(list(atom))
         if not neg and atom not in init_atoms and atom[0] not in adds:
             raise SpecError(
@@ -413,7 +441,9 @@ def _check_goal_static(dom: Domain, prob: Problem, init_atoms: set[tuple], res: 
                 f"goal (not {text}) can never hold: {text} is true initially and no action deletes `{atom[0]}`",
                 prob.lines.get(":goal"),
             )
-    if lits and all((a in init_atoms) != n for a, n in lits if a[0] != "="):
+    if lits and not any(a[0] in derived for a, _ in lits) and all(
+        (a in init_atoms) != n for a, n in lits if a[0] != "="
+    ):
         res.warnings.append(
             "goal is already true in the initial state: the empty plan solves it (likely a solver-facing "
             "shortcut, not the task)"
@@ -441,7 +471,8 @@ def lint_verdict(domain, problem, cfg: SolverConfig):
     ms = (time.perf_counter() - t0) * 1000
     if res.error is not None:
         e = res.error
-        v = Verdict.failure(e.category, e.message, stage="lint", warnings=res.warnings)
+        v = Verdict.failure(e.category, e.message, stage="lint", warnings=res.warnings,
+                            too_large=isinstance(e, SpecLimitError))
         v.timings = {"lint_ms": ms, "total_ms": ms}
         return v, res, ms
     return None, res, ms

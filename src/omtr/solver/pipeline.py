@@ -230,6 +230,10 @@ def run_planner(domain_text: str, problem_text: str, cfg: SolverConfig) -> Verdi
         v.stage = "validate"
         if check.valid:
             v.success, v.stage = True, "done"
+        elif check.timed_out:
+            v.category, v.timed_out = Category.UNREACHABLE_SEARCH, True
+            v.message = (f"time limit: the planner found a plan but VAL did not finish checking it within "
+                         f"{cfg.time_limit_s:g} s; not a verdict on the spec")
         else:
             v.category = Category.PRECONDITION_EFFECT
             v.message = "the planner found a plan but VAL rejects it: " + check.message
@@ -261,10 +265,10 @@ def _unsolvable(v: Verdict, lint: LintResult, why: str) -> Verdict:
 
 
 class PlanCheck:
-    __slots__ = ("valid", "message", "output")
+    __slots__ = ("valid", "message", "output", "timed_out")
 
-    def __init__(self, valid: bool, message: str, output: str = ""):
-        self.valid, self.message, self.output = valid, message, output
+    def __init__(self, valid: bool, message: str, output: str = "", timed_out: bool = False):
+        self.valid, self.message, self.output, self.timed_out = valid, message, output, timed_out
 
     def __repr__(self) -> str:
         return f"PlanCheck(valid={self.valid}, message={self.message!r})"
@@ -284,9 +288,10 @@ def validate_files(dpath: str, ppath: str, plan_path: str, cfg: SolverConfig, *,
     # VAL exits 0 for some failures ("Bad plan description!"): only "Plan valid" counts.
     if res.returncode == 0 and re.search(r"^Plan valid\s*$", res.stdout, re.M):
         return PlanCheck(True, "Plan valid", res.stdout)
-    if not res.killed:
-        res = run("-v")  # again, verbose, for the repair advice the Editor needs
-    return PlanCheck(False, _val_reason(res.stdout, res), res.stdout)
+    if res.killed:
+        return PlanCheck(False, "VAL did not finish within the time limit", res.stdout, timed_out=True)
+    res = run("-v")  # again, verbose, for the repair advice the Editor needs
+    return PlanCheck(False, _val_reason(res.stdout, res), res.stdout, timed_out=res.killed)
 
 
 def _val_reason(out: str, res) -> str:

@@ -98,11 +98,16 @@ class SolverPool:
     """A fixed number of solver workers; thread-safe ``solve_many``.
 
     Use as a context manager, or call :meth:`close`. ``cache`` may be shared between pools.
+
+    ``workers=0`` plans in the calling process instead, with no worker to start: the fastest way
+    to check one spec (``omtr solve domain.pddl problem.pddl``). The translator then runs in this
+    process under its CPU-time signal, which needs the main thread, and holds global state, so
+    use it from a single thread of a short-lived process; long runs want workers.
     """
 
     def __init__(self, workers: int = 1, config: SolverConfig | None = None, cache: ResultCache | None = None):
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0 (0: plan in this process), got {workers}")
         self.config = config or SolverConfig()
         self.cache = cache if cache is not None else (
             ResultCache(self.config.cache_max_entries, self.config.cache_dir) if self.config.cache else None
@@ -165,6 +170,17 @@ class SolverPool:
                 stage="search", memory_out=True, timings={"total_ms": (time.perf_counter() - t0) * 1000},
             )
 
+    @staticmethod
+    def _run_here(domain: str, problem: str, cfg: SolverConfig) -> Verdict:
+        from omtr.solver.pipeline import run_planner
+
+        try:
+            return run_planner(domain, problem, cfg)
+        except Exception as exc:  # noqa: BLE001 - as in a worker: a bug becomes a verdict
+            log.exception("the in-process solver failed on a spec")
+            return Verdict.failure(Category.UNREACHABLE_SEARCH, f"internal solver error: {type(exc).__name__}: {exc}",
+                                   stage="internal")
+
     def _replace(self, i: int) -> None:
         self._workers[i].kill()
         w = _Worker()
@@ -225,7 +241,10 @@ class SolverPool:
             pending[key] = [idx]
             lint_ms[key], lint_warnings[key] = ms, res.warnings
             fut = futures[key] = _Future()
-            self._jobs.put((domain, problem, cfg, fut))
+            if self._workers:
+                self._jobs.put((domain, problem, cfg, fut))
+            else:
+                fut.set_result(self._run_here(domain, problem, cfg))
         for key, idxs in pending.items():
             fut = futures[key]
             v = fut.result()

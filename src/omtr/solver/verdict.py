@@ -14,8 +14,10 @@ class Verdict:
 
     ``success`` is true iff both files parse, the planner returns a plan within the limits and
     VAL confirms the plan reaches the goal. ``category`` is one of the six diagnostic categories
-    (``None`` on success); ``message`` is the diagnostic an Editor reads. ``timed_out`` and
-    ``memory_out`` mark resource limits, which are never a proof of unsolvability.
+    (``None`` on success); ``message`` is the diagnostic an Editor reads. ``timed_out``,
+    ``memory_out`` and ``too_large`` mark limits (CPU time, memory, and omtr's own size limits on
+    input: bytes per file and nesting depth); they come with the ``unreachable_search`` category
+    and are never a verdict on the spec itself: rewards and metrics must treat them apart.
     """
 
     success: bool
@@ -26,6 +28,7 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
     timed_out: bool = False
     memory_out: bool = False
+    too_large: bool = False
     cached: bool = False
     stage: str = ""  # lint | translate | search | validate | done
     exit_code: int | None = None  # Fast Downward's exit code where the planner ran
@@ -44,6 +47,11 @@ class Verdict:
         if kw.get("category"):
             kw["category"] = Category(kw["category"])
         return cls(**kw)
+
+    @property
+    def limited(self) -> bool:
+        """True when a limit, not the spec, decided this verdict."""
+        return self.timed_out or self.memory_out or self.too_large
 
     @classmethod
     def failure(cls, category: Category, message: str, *, stage: str, **kw) -> "Verdict":

@@ -7,9 +7,11 @@ which carries one of the six diagnostic categories and the line of the offending
 from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr
 from omtr.spec.model import (
     Action,
+    Derived,
     Domain,
     Problem,
     SpecError,
+    SpecLimitError,
     atoms_of,
     parse_domain,
     parse_problem,
@@ -17,11 +19,13 @@ from omtr.spec.model import (
 
 __all__ = [
     "Action",
+    "Derived",
     "Domain",
     "Problem",
     "SExprError",
     "SList",
     "SpecError",
+    "SpecLimitError",
     "Sym",
     "atoms_of",
     "parse_domain",

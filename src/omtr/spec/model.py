@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from omtr.spec.categories import Category
-from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr, to_text
+from omtr.spec.sexpr import NestingLimit, SExprError, SList, Sym, read_sexpr, to_text
 
 ROOT_TYPE = "object"
 
@@ -26,6 +26,16 @@ class SpecError(ValueError):
         self.file = file
 
 
+class SpecLimitError(SpecError):
+    """A spec over one of omtr's own size limits (bytes per file, nesting depth).
+
+    Not a verdict on the PDDL: the planner might accept it. The limits protect training from
+    runaway model output; the message names the setting that raises them."""
+
+    def __init__(self, message: str, line: int | None = None, file: str | None = None):
+        super().__init__(Category.UNREACHABLE_SEARCH, message, line, file)
+
+
 @dataclass
 class Action:
     name: str
@@ -36,17 +46,45 @@ class Action:
 
 
 @dataclass
+class Derived:
+    """A derived predicate's rule ``(:derived (name ?x - t ...) BODY)``: the head holds wherever
+    the body does (Fast Downward compiles these into axioms)."""
+
+    name: str
+    parameters: list[tuple[str, str]]
+    body: SList
+    line: int = 0
+
+
+@dataclass
 class Domain:
     name: str
     requirements: list[str] = field(default_factory=list)
-    types: dict[str, str] = field(default_factory=dict)  # type -> parent type
+    # type -> its parents in declaration order. A type may be declared under several parents
+    # (``area - object`` ... ``area crate - surface``); like Fast Downward and VAL, omtr then makes
+    # it a subtype of every one of them.
+    types: dict[str, tuple[str, ...]] = field(default_factory=dict)
     constants: dict[str, str] = field(default_factory=dict)  # name -> type
     predicates: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     functions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     actions: dict[str, Action] = field(default_factory=dict)
-    derived: list[SList] = field(default_factory=list)
+    derived: list[Derived] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)  # "predicate:on" -> line
     typed: bool = False
+    notes: list[str] = field(default_factory=list)  # legal but unusual things the reader saw
+
+    def ancestors(self, t: str) -> list[str]:
+        """``t`` and every type above it (breadth first, each once), ending with ``object``."""
+        out, queue = [t], [t]
+        while queue:
+            for parent in self.types.get(queue.pop(0), ()):
+                if parent not in out:
+                    out.append(parent)
+                    queue.append(parent)
+        if ROOT_TYPE in out:
+            out.remove(ROOT_TYPE)
+        out.append(ROOT_TYPE)
+        return out
 
     def is_subtype(self, t: str, ancestor: str) -> bool:
         """True if ``t`` equals or descends from ``ancestor`` (``either`` types: any member)."""
@@ -56,13 +94,12 @@ class Domain:
             return all(self.is_subtype(m, ancestor) for m in t.split(":")[1:])
         if ancestor.startswith("either:"):
             return any(self.is_subtype(t, m) for m in ancestor.split(":")[1:])
-        seen = set()
-        while t in self.types and t not in seen:
-            seen.add(t)
-            t = self.types[t]
-            if t == ancestor:
-                return True
-        return False
+        return ancestor in self.ancestors(t)
+
+    @property
+    def derived_predicates(self) -> set[str]:
+        """Names of predicates defined by :derived rules."""
+        return {d.name for d in self.derived}
 
 
 @dataclass
@@ -159,6 +196,8 @@ def _sections(root: SList, kind: str, what: str):
 def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
     try:
         root = read_sexpr(text, max_depth=max_depth, what="domain")
+    except NestingLimit as exc:
+        raise SpecLimitError(str(exc), exc.line, "domain") from None
     except SExprError as exc:
         raise SpecError(Category.SYNTAX, str(exc), exc.line, "domain") from None
     name, sections = _sections(root, "domain", "domain")
@@ -187,14 +226,15 @@ def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
             for t, parent in parse_typed_list(sec[1:], "domain :types", allow_vars=False):
                 if t == ROOT_TYPE:
                     continue
-                if t in dom.types and dom.types[t] != parent:
-                    raise SpecError(
-                        Category.OBJECT_TYPE,
-                        f"type `{t}` is declared twice with different parents ({dom.types[t]}, {parent}) at line {sec.line}",
-                        sec.line,
+                parents = dom.types.get(t, ())
+                if parents and parent not in parents:
+                    dom.notes.append(
+                        f"type `{t}` is declared under several parents ({', '.join(parents + (parent,))}); "
+                        "it is a subtype of each of them"
                     )
-                dom.types[t] = parent
-                dom.lines[f"type:{t}"] = sec.line
+                if parent not in parents:
+                    dom.types[t] = parents + (parent,)
+                dom.lines.setdefault(f"type:{t}", sec.line)
         elif key == ":constants":
             for c, t in parse_typed_list(sec[1:], "domain :constants", allow_vars=False):
                 dom.constants[c] = t
@@ -237,7 +277,7 @@ def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
                 )
             dom.actions[act.name] = act
         elif key == ":derived":
-            dom.derived.append(sec)
+            dom.derived.append(_parse_derived(sec))
         elif key in (":constraints",):
             raise SpecError(
                 Category.SYNTAX, f"domain: {key} (line {sec.line}) is not supported by the planner; remove it", sec.line
@@ -317,6 +357,20 @@ def _parse_action(sec: SList) -> Action:
     return Action(name=name, parameters=params, precondition=pre, effect=eff, line=sec.line)
 
 
+def _parse_derived(sec: SList) -> Derived:
+    if len(sec) != 3 or not isinstance(sec[1], list) or not sec[1] or isinstance(sec[1][0], list):
+        raise SpecError(
+            Category.PREDICATE_SCHEMA,
+            f"derived predicate at line {sec.line} is malformed; write (:derived (name ?x - type) FORMULA)",
+            sec.line,
+        )
+    head = sec[1]
+    name = str(head[0])
+    params = parse_typed_list(head[1:], f"derived predicate `{name}`", allow_vars=True)
+    return Derived(name=name, parameters=params, body=_formula(sec[2], f"derived predicate `{name}`", sec.line),
+                   line=sec.line)
+
+
 def _formula(val, what: str, line: int) -> SList:
     if not isinstance(val, list):
         raise SpecError(
@@ -328,6 +382,8 @@ def _formula(val, what: str, line: int) -> SList:
 def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
     try:
         root = read_sexpr(text, max_depth=max_depth, what="problem")
+    except NestingLimit as exc:
+        raise SpecLimitError(str(exc), exc.line, "problem") from None
     except SExprError as exc:
         raise SpecError(Category.SYNTAX, str(exc), exc.line, "problem") from None
     name, sections = _sections(root, "problem", "problem")

@@ -1,7 +1,11 @@
 """A small, bounded s-expression reader for PDDL with line numbers.
 
+Tokens are split where Fast Downward's reader splits them: at whitespace, at parentheses and
+before every ``?`` (so ``(aircraft?a)`` reads as ``aircraft ?a``, as the planner and VAL read it).
 Symbols are lower-cased (PDDL is case-insensitive). Comments run from ``;`` to the end of the
-line. Nesting deeper than ``max_depth`` and unbalanced parentheses are reported with the line.
+line and may hold any text; outside comments the planner accepts only ASCII, and so does this
+reader. Unbalanced parentheses are reported with the line; nesting deeper than ``max_depth`` is
+a limit of omtr's (:class:`NestingLimit`), not a syntax error.
 """
 
 from __future__ import annotations
@@ -13,6 +17,14 @@ class SExprError(ValueError):
     def __init__(self, message: str, line: int | None = None):
         super().__init__(message)
         self.line = line
+
+
+class NestingLimit(SExprError):
+    """Nesting deeper than the reader's ``max_depth``: a limit of omtr's, not malformed PDDL."""
+
+    def __init__(self, message: str, line: int | None, depth: int):
+        super().__init__(message, line)
+        self.depth = depth
 
 
 class Sym(str):
@@ -38,7 +50,9 @@ class SList(list):
         return self[0] if self and isinstance(self[0], str) else None
 
 
-_TOKEN = re.compile(r"\(|\)|;[^\n]*|\n|[^\s();]+|[ \t\r\f\v]+")
+# A new symbol starts at every '?' (Fast Downward's tokenizer inserts a space before each '?').
+# Whitespace is ASCII whitespace only: anything else belongs to a symbol (and is rejected there).
+_TOKEN = re.compile(r"\(|\)|;[^\n]*|\n|\??[^ \t\n\r\f\v();?]+|\?|[ \t\r\f\v]+")
 
 
 def read_sexpr(text: str, *, max_depth: int = 64, what: str = "file") -> SList:
@@ -52,10 +66,12 @@ def read_sexpr(text: str, *, max_depth: int = 64, what: str = "file") -> SList:
             line += 1
         elif tok == "(":
             if len(stack) >= max_depth:
-                raise SExprError(
-                    f"{what}: parentheses nested deeper than {max_depth} levels at line {line}; "
-                    "PDDL specs need only a few levels",
+                raise NestingLimit(
+                    f"{what}: parentheses nested deeper than {max_depth} levels at line {line}, over "
+                    f"omtr's nesting limit (SolverConfig.max_nesting, `omtr solve --max-nesting N`); "
+                    "specs for one task need only a few levels",
                     line,
+                    max_depth,
                 )
             stack.append(SList(line=line))
         elif tok == ")":
@@ -72,6 +88,13 @@ def read_sexpr(text: str, *, max_depth: int = 64, what: str = "file") -> SList:
             if not stack:
                 raise SExprError(
                     f"{what}: text {tok[:40]!r} outside the (define ...) form at line {line}", line
+                )
+            if not tok.isascii():
+                bad = next(c for c in tok if not c.isascii())
+                raise SExprError(
+                    f"{what}: non-ASCII character {bad!r} in {tok[:40]!r} at line {line}; the planner "
+                    "accepts only ASCII outside comments (after ';')",
+                    line,
                 )
             stack[-1].append(Sym(tok.lower(), line))
     if stack:
