@@ -54,6 +54,11 @@ def register(sub) -> None:
 
 
 def _done_ids(path: str) -> set[str]:
+    """Ids already in a trace file; a last line cut short by a kill is removed (it runs again)."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
     done = set()
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -96,10 +101,9 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
-    if args.limit is not None:
-        tasks = tasks[: args.limit]
+    chosen = tasks[: args.limit] if args.limit is not None else tasks
     done = _done_ids(args.out) if args.resume and os.path.exists(args.out) else set()
-    todo = [t for t in tasks if t.id not in done]
+    todo = [t for t in chosen if t.id not in done]
     try:
         solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
     except ConfigError as exc:
@@ -126,7 +130,7 @@ def run(args) -> int:
                                 on_episode=write)
     bar.close()
     summary = summarize(episodes)
-    summary["skipped_as_done"] = len(done & {t.id for t in tasks})
+    summary["skipped_as_done"] = len(done & {t.id for t in chosen})
     _print_summary(summary, args.out)
     return 0
 
