@@ -2,8 +2,9 @@
 
 * ``scripted:ANSWERS.jsonl`` replays fixed answers (:mod:`omtr.inference.scripted`);
 * anything else is a model directory or a profile name (``small``, ``micro``, ``paper``) and is
-  handed to the role model's loader, ``omtr.model.load_policy(spec, **options)``, imported only
-  here so that the loop and the command line start without torch.
+  handed to the role model's loader (``omtr.model.load_policy(spec, **options)`` when it exists,
+  else ``omtr.model.load_model``), imported only here so that the loop and the command line start
+  without torch.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def load_policy(spec: str, *, tasks: Iterable | None = None, **options) -> Polic
             f"cannot load model {spec!r}: the ML stack is missing ({exc.name}); "
             "install it with: pip install -c constraints.txt -e '.[ml]'"
         ) from None
-    loader = getattr(model, "load_policy", None)
+    # The role model itself is a Policy: load_policy when the package offers one, else load_model.
+    loader = getattr(model, "load_policy", None) or getattr(model, "load_model", None)
     if loader is None:
-        raise PolicyLoadError(f"cannot load model {spec!r}: omtr.model has no load_policy(spec) yet")
-    return loader(spec, **options)
+        raise PolicyLoadError(f"cannot load model {spec!r}: omtr.model offers neither load_policy nor load_model")
+    errors = (FileNotFoundError, ValueError, *(c for c in (getattr(model, "BackboneError", None),) if c))
+    try:
+        return loader(spec, **options)
+    except errors as exc:
+        raise PolicyLoadError(f"cannot load model {spec!r}: {exc}") from None
