@@ -13,7 +13,7 @@ import logging
 import sys
 
 # Subcommand modules, in the order they appear in --help.
-SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "infer")
+SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "model", "infer")
 
 EPILOG = """examples:
   omtr demo                                   # the environment on bundled specs, logged to MLflow

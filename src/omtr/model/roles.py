@@ -1,0 +1,546 @@
+"""One backbone, three roles: the Actor, the Judge and the Editor.
+
+Each role ``ρ`` has private parameters on top of the shared backbone:
+
+- ``role_vectors`` learned embedding vectors ``e_ρ``, put in front of the input embeddings:
+  ``π(·|c, ρ) = LM([e_ρ; c])``;
+- a LoRA adapter (peft), switched per batch with ``set_adapter``;
+- for the Judge, a scalar head: ``s_J(x, y) = sigmoid(g([e_J; x; y]))``, ``g`` a linear map of the
+  last position's final hidden state.
+
+The backbone is frozen or trainable (``ModelConfig.train_backbone``). The reference policy of the
+KL term (:meth:`RoleModel.reference`) is the policy at initialisation:
+
+- frozen backbone: the same network with adapters disabled and the role vectors at their
+  initial values (LoRA starts as a no-op, so this *is* the initial policy), at no memory cost;
+- trainable backbone: the backbone moves, so disabling adapters no longer gives the initial
+  policy. :meth:`RoleModel.keep_reference` loads a second, frozen copy of the initial backbone
+  (one more backbone's worth of memory); without it :meth:`reference` refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from omtr.config import ROLE_NAMES, ModelConfig
+from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.model.backbone import Backbone, _ensure_pad, load_backbone, resolve_device, resolve_dtype
+
+log = logging.getLogger("omtr.model")
+
+MODEL_FILE = "omtr-model.json"
+FORMAT_VERSION = 1
+GENERATING_ROLES = ("actor", "editor")
+
+
+class RoleModel(nn.Module):
+    """The three-role model. Implements :class:`omtr.inference.policy.Policy`."""
+
+    def __init__(self, cfg: ModelConfig, backbone: Backbone):
+        from peft import LoraConfig, get_peft_model
+
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = backbone.tokenizer
+        _ensure_pad(self.tokenizer)
+        self.source = backbone.source
+        base = backbone.model
+        base.requires_grad_(False)
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=list(cfg.lora_targets), bias="none")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.lm = get_peft_model(base, lora, adapter_name=ROLE_NAMES[0])
+            for role in ROLE_NAMES[1:]:
+                self.lm.add_adapter(role, lora)
+        hidden = base.config.hidden_size
+        param = next(base.parameters())
+        self.role_embeddings = nn.Parameter(self._initial_role_vectors(base).to(param.device, torch.float32))
+        self.register_buffer("initial_role_embeddings", self.role_embeddings.detach().clone())
+        self.judge_head = nn.Linear(hidden, 1, device=param.device, dtype=torch.float32)
+        gen = torch.Generator().manual_seed(cfg.seed + 1)
+        with torch.no_grad():
+            self.judge_head.weight.copy_(torch.randn(1, hidden, generator=gen) * 0.02)
+            self.judge_head.bias.zero_()
+        self._role = None
+        self._grammar = None
+        self._pieces: list[str] | None = None
+        self._reference_lm = None
+        self._in_reference = False
+        # transformers renamed past_key_values to cache (5.24); accept either
+        self._cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self.use_role(ROLE_NAMES[0])
+        self.eval()
+
+    # ------------------------------------------------------------------ construction / roles
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, *, device: str | None = None) -> "RoleModel":
+        """A fresh three-role model on the backbone ``cfg`` names."""
+        return cls(cfg, load_backbone(cfg, device=device))
+
+    def _initial_role_vectors(self, base) -> torch.Tensor:
+        """Each role's vectors start as the embeddings of its name's tokens (cycled), so a pretrained
+        backbone sees in-distribution inputs at initialisation."""
+        emb = base.get_input_embeddings().weight.detach().float().cpu()
+        rows = []
+        for role in ROLE_NAMES:
+            ids = self.tokenizer.encode(role, add_special_tokens=False) or [0]
+            rows.append(torch.stack([emb[ids[i % len(ids)]] for i in range(self.cfg.role_vectors)]))
+        return torch.stack(rows)  # [roles, R, H]
+
+    @property
+    def device(self) -> torch.device:
+        return self.role_embeddings.device
+
+    @property
+    def base_model(self):
+        return self.lm.get_base_model()
+
+    def use_role(self, role: str) -> int:
+        """Activate ``role``'s adapter; returns the role's index."""
+        if role not in ROLE_NAMES:
+            raise ValueError(f"unknown role {role!r}; choose one of {ROLE_NAMES}")
+        if self._role != role:
+            self.lm.set_adapter(role)
+            self._role = role
+            self._set_trainable()
+        return ROLE_NAMES.index(role)
+
+    def _set_trainable(self) -> None:
+        # peft's set_adapter freezes inactive adapters; keep all role parameters trainable (an
+        # inactive adapter simply gets no gradient) and the backbone as configured.
+        for name, p in self.lm.named_parameters():
+            p.requires_grad_(("lora_" in name) or self.cfg.train_backbone)
+
+    # ------------------------------------------------------------------ batch construction
+
+    def encode_prompts(self, prompts: Sequence[Messages]) -> list[list[int]]:
+        out = []
+        for msgs in prompts:
+            text = self.tokenizer.apply_chat_template(list(msgs), add_generation_prompt=True, tokenize=False)
+            out.append(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return out
+
+    def _inputs(self, seqs: list[list[int]], role_index: int):
+        """[e_ρ; left-padded tokens]: input embeddings, attention mask and position ids."""
+        B, T = len(seqs), max(len(s) for s in seqs)
+        ids = torch.full((B, T), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((B, T), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            if s:
+                ids[i, T - len(s):] = torch.tensor(s, dtype=torch.long)
+                mask[i, T - len(s):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        lm = self._active_lm()
+        emb = lm.get_input_embeddings()(ids)
+        roles = self._role_vectors()[role_index]
+        rv = roles.to(emb.dtype).unsqueeze(0).expand(B, -1, -1)
+        embeds = torch.cat([rv, emb], dim=1)
+        attn = torch.cat([torch.ones((B, rv.shape[1]), dtype=torch.long, device=self.device), mask], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        return embeds, attn, pos
+
+    def _role_vectors(self) -> torch.Tensor:
+        return self.initial_role_embeddings if self._in_reference else self.role_embeddings
+
+    def _active_lm(self):
+        return self._reference_lm if (self._in_reference and self._reference_lm is not None) else self.lm
+
+    # ------------------------------------------------------------------ reference policy
+
+    def keep_reference(self) -> None:
+        """With a trainable backbone: hold a frozen copy of the initial backbone for :meth:`reference`."""
+        if not self.cfg.train_backbone or self._reference_lm is not None:
+            return
+        bb = load_backbone(self.cfg, device=str(self.device))
+        bb.model.requires_grad_(False)
+        bb.model.eval()
+        self._reference_lm = bb.model
+
+    @contextlib.contextmanager
+    def reference(self):
+        """Inside this block every forward pass (generate, token_logprobs) is the reference policy."""
+        if self.cfg.train_backbone and self._reference_lm is None:
+            raise RuntimeError(
+                "the backbone is trainable, so adapters-off is not the initial policy; call "
+                "keep_reference() once before training to hold a frozen copy of the initial backbone"
+            )
+        self._in_reference = True
+        try:
+            if self._reference_lm is None:
+                with self.lm.disable_adapter():
+                    yield self
+            else:
+                yield self
+        finally:
+            self._in_reference = False
+
+    # ------------------------------------------------------------------ the Judge
+
+    def judge_scores(self, prompts: Sequence[Messages]) -> torch.Tensor:
+        """s_J for each (task, spec) prompt, differentiable; shape [B], values in (0, 1)."""
+        ri = self.use_role("judge")
+        seqs = self.encode_prompts(prompts)
+        embeds, attn, pos = self._inputs(seqs, ri)
+        base = self.base_model
+        decoder = getattr(base, base.base_model_prefix)  # the transformer without the LM head
+        hidden = decoder(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+        return torch.sigmoid(self.judge_head(hidden[:, -1].float())).squeeze(-1)
+
+    @torch.no_grad()
+    def judge(self, prompts: Sequence[Messages], *, batch_size: int = 8) -> list[float]:
+        out: list[float] = []
+        for i in range(0, len(prompts), batch_size):
+            out += self.judge_scores(prompts[i:i + batch_size]).tolist()
+        return out
+
+    # ------------------------------------------------------------------ log-probs for PPO
+
+    def token_logprobs(self, role: str, prompts: Sequence[Messages], completions: Sequence[Sequence[int]], *,
+                       temperature: float = 1.0, grammar: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of given completion tokens under ``role``, with gradients.
+
+        Returns ``(logprobs, mask)``, both [B, L] with L the longest completion; row b holds its
+        tokens from position 0, ``mask`` marks them. Pass the temperature the tokens were sampled
+        at (1.0 for greedy): the values then equal :attr:`Generation.logprobs`. With the grammar on
+        (default: the config's), the grammar's masks are rebuilt over the tokens, so these are
+        log-probabilities of the constrained distribution."""
+        ri = self.use_role(role)
+        use_grammar = self.cfg.grammar if grammar is None else grammar
+        prompt_ids = self.encode_prompts(prompts)
+        comps = [list(map(int, c)) for c in completions]
+        if len(comps) != len(prompt_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(comps)} completions")
+        L = max((len(c) for c in comps), default=0)
+        B = len(comps)
+        if L == 0:
+            z = torch.zeros((B, 0), device=self.device)
+            return z, z.bool()
+        embeds, attn, pos = self._inputs([p + c for p, c in zip(prompt_ids, comps)], ri)
+        out = self._active_lm()(inputs_embeds=embeds, attention_mask=attn, position_ids=pos,
+                                use_cache=False, logits_to_keep=L + 1)
+        logits = out.logits[:, :-1].float() / temperature  # [B, L, V]: position j predicts token j of a right-aligned completion
+        V = logits.shape[-1]
+        rows = []
+        for b, c in enumerate(comps):
+            rows.append(logits[b, L - len(c):])  # this row's completion positions, left-aligned below
+        targets = torch.zeros((B, L), dtype=torch.long, device=self.device)
+        mask = torch.zeros((B, L), dtype=torch.bool, device=self.device)
+        padded = logits.new_full((B, L, V), 0.0)
+        for b, c in enumerate(comps):
+            padded[b, :len(c)] = rows[b]
+            targets[b, :len(c)] = torch.tensor(c, dtype=torch.long)
+            mask[b, :len(c)] = True
+        if use_grammar:
+            padded = self._grammar_replay(padded, comps)
+        logp = torch.log_softmax(padded, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return logp.masked_fill(~mask, 0.0), mask
+
+    def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]]) -> torch.Tensor:
+        g = self.grammar
+        B, L, V = logits.shape
+        bitmask = g.allocate_bitmask(B * L)
+        bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
+        pieces = self.pieces
+        for b, c in enumerate(comps):
+            st = g.state()
+            for j, tok in enumerate(c):
+                st.fill(bitmask, b * L + j)
+                if not st.accept(tok, pieces[tok] if tok < len(pieces) else ""):
+                    raise ValueError(f"completion {b} leaves the grammar at token {j} ({tok}); "
+                                     "pass grammar=False for text generated without it")
+        flat = logits.reshape(B * L, V).clone()
+        g.apply(flat, bitmask)
+        return flat.reshape(B, L, V)
+
+    # ------------------------------------------------------------------ generation
+
+    @property
+    def grammar(self):
+        if self._grammar is None:
+            from omtr.model.grammar import PddlGrammar
+
+            self._grammar = PddlGrammar(self.tokenizer, self._vocab_size())
+        return self._grammar
+
+    def set_grammar_limits(self, limits) -> None:
+        """Use the PDDL grammar with other repetition bounds (:class:`omtr.model.grammar.GrammarLimits`)."""
+        from omtr.model.grammar import PddlGrammar
+
+        self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), limits)
+
+    def _vocab_size(self) -> int:
+        return int(self.base_model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def pieces(self) -> list[str]:
+        """Decoded text of every token id (for incremental text, stop checks and the grammar)."""
+        if self._pieces is None:
+            n = self._vocab_size()
+            self._pieces = [self.tokenizer.decode([i]) if i < len(self.tokenizer) else "" for i in range(n)]
+        return self._pieces
+
+    @torch.no_grad()
+    def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
+                 stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None) -> list[Generation]:
+        """One generation per prompt, batched (left padding, KV cache).
+
+        A sequence stops at end-of-sequence, when ``stop_when(text)`` is true, or at
+        ``sampling.max_new_tokens`` (finish_reason ``length``); finished sequences leave the batch.
+        ``logprobs`` are of the decoding distribution: the grammar-masked logits (grammar on), at
+        ``sampling.temperature`` when sampling and at temperature 1 when greedy, before nucleus
+        truncation (so :meth:`token_logprobs` recomputes them exactly)."""
+        if role not in GENERATING_ROLES:
+            raise ValueError(f"generate takes role actor or editor, not {role!r}; the Judge scores with judge()")
+        if not prompts:
+            return []
+        ri = self.use_role(role)
+        use_grammar = self.cfg.grammar if grammar is None else grammar
+        g = self.grammar if use_grammar else None
+        pieces = self.pieces
+        eos = self.tokenizer.eos_token_id
+        rng = torch.Generator(device="cpu")
+        rng.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        temperature = 1.0 if sampling.greedy else sampling.temperature
+
+        seqs = self.encode_prompts(prompts)
+        B = len(seqs)
+        lm = self._active_lm()
+        t0 = time.perf_counter()
+        embeds, attn, pos = self._inputs(seqs, ri)
+        out = lm(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache, logits = _cache_of(out), out.logits[:, -1].float()
+        next_pos = pos[:, -1:] + 1
+        prefill_ms = 1000 * (time.perf_counter() - t0)
+
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        texts = [""] * B
+        finish = [""] * B
+        decode_ms = [0.0] * B
+        states = [g.state() for _ in range(B)] if g else None
+        active = list(range(B))
+        grammar_s = 0.0
+        t1 = time.perf_counter()
+        for _ in range(sampling.max_new_tokens):
+            forced: list[int | None] = [None] * len(active)
+            if g:
+                tg = time.perf_counter()
+                bitmask = g.allocate_bitmask(len(active))
+                for row, i in enumerate(active):
+                    forced[row] = states[i].fill(bitmask, row)
+                g.apply(logits, bitmask)
+                grammar_s += time.perf_counter() - tg
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            if sampling.greedy:
+                choice = logp.argmax(-1)
+            else:
+                choice = _sample_top_p(logp, sampling.top_p, rng)
+            for row, f in enumerate(forced):
+                if f is not None:
+                    choice[row] = f
+            chosen_lp = logp.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
+            choice_list = choice.tolist()
+            keep: list[int] = []
+            now = time.perf_counter()
+            for row, i in enumerate(active):
+                tok = choice_list[row]
+                tokens[i].append(tok)
+                lps[i].append(chosen_lp[row])
+                piece = pieces[tok] if tok != eos else ""
+                texts[i] += piece
+                if g:
+                    tg = time.perf_counter()
+                    states[i].accept(tok, piece)
+                    grammar_s += time.perf_counter() - tg
+                if tok == eos or (stop_when is not None and stop_when(texts[i])):
+                    finish[i] = "stop"
+                elif len(tokens[i]) >= sampling.max_new_tokens:
+                    finish[i] = "length"
+                else:
+                    keep.append(row)
+                    continue
+                decode_ms[i] = 1000 * (now - t1)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                attn, next_pos, choice = attn[idx], next_pos[idx], choice[idx]
+                active = [active[r] for r in keep]
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype, device=self.device)], dim=1)
+            emb = lm.get_input_embeddings()(choice.unsqueeze(-1))
+            out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=next_pos, use_cache=True,
+                     **{self._cache_kw: cache})
+            cache, logits = _cache_of(out), out.logits[:, -1].float()
+            next_pos = next_pos + 1
+        gens = []
+        for i in range(B):
+            ids = tokens[i]
+            gens.append(Generation(
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=ids, logprobs=lps[i], prompt_tokens=len(seqs[i]),
+                finish_reason=finish[i] or "length",
+                timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
+                         "grammar_ms": 1000 * grammar_s, "batch": float(B)},
+            ))
+        return gens
+
+    # ------------------------------------------------------------------ accounting
+
+    def parameter_report(self) -> dict:
+        """Parameter counts, each role's share of the total, and ``memory_ratio`` = parameter bytes
+        of the three-role model / parameter bytes of the backbone alone."""
+        backbone = backbone_bytes = 0
+        roles = {r: 0 for r in ROLE_NAMES}
+        role_bytes = 0
+        for name, p in self.lm.named_parameters():
+            if "lora_" in name:
+                role = next((r for r in ROLE_NAMES if f".{r}." in name), None)
+                roles[role] += p.numel()
+                role_bytes += p.numel() * p.element_size()
+            else:
+                backbone += p.numel()
+                backbone_bytes += p.numel() * p.element_size()
+        per_vec = self.role_embeddings[0].numel()
+        for r in ROLE_NAMES:
+            roles[r] += per_vec
+        roles["judge"] += sum(p.numel() for p in self.judge_head.parameters())
+        role_bytes += self.role_embeddings.numel() * self.role_embeddings.element_size()
+        role_bytes += sum(p.numel() * p.element_size() for p in self.judge_head.parameters())
+        total = backbone + sum(roles.values())
+        return {
+            "backbone": self.cfg.backbone,
+            "parameters": {"total": total, "backbone": backbone, **{r: n for r, n in roles.items()}},
+            "role_share": {r: n / total for r, n in roles.items()},
+            "shared_share": backbone / total,
+            "memory_ratio": (backbone_bytes + role_bytes) / backbone_bytes,
+            "separate_models_ratio": float(len(ROLE_NAMES)),
+            "trainable_backbone": self.cfg.train_backbone,
+        }
+
+    # ------------------------------------------------------------------ save / load
+
+    def save(self, out_dir: str | os.PathLike) -> Path:
+        """Write the model directory (atomically: a killed save leaves the old one or none).
+
+        The backbone's weights are written when they can differ from their source (a trainable
+        backbone) or have no other source (micro); otherwise the directory points at the source."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            save_backbone = self.cfg.train_backbone or self.source.get("kind") == "micro"
+            if save_backbone:
+                self._save_backbone(tmp / "backbone")
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            (tmp / "adapters").mkdir()
+            for role in ROLE_NAMES:
+                sd = get_peft_model_state_dict(self.lm, adapter_name=role)
+                save_file({k: v.detach().contiguous().cpu() for k, v in sd.items()},
+                          str(tmp / "adapters" / f"{role}.safetensors"))
+            save_file({
+                "role_embeddings": self.role_embeddings.detach().cpu().contiguous(),
+                "initial_role_embeddings": self.initial_role_embeddings.detach().cpu().contiguous(),
+                "judge_head.weight": self.judge_head.weight.detach().cpu().contiguous(),
+                "judge_head.bias": self.judge_head.bias.detach().cpu().contiguous(),
+            }, str(tmp / "roles.safetensors"))
+            meta = {"format": FORMAT_VERSION, "roles": list(ROLE_NAMES), "config": self.cfg.to_dict(),
+                    "backbone": {"saved": save_backbone, "source": self.source}}
+            (tmp / MODEL_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            if out.exists():
+                shutil.rmtree(out)
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    def _save_backbone(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        folder.mkdir()
+        base = self.base_model
+        state = {}
+        for k, v in base.state_dict().items():
+            if "lora_" in k:
+                continue
+            state[k.replace(".base_layer.", ".")] = v.detach().cpu().contiguous()
+        if base.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        base.config.save_pretrained(folder)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, device: str | None = None) -> "RoleModel":
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from omtr.config import ModelConfig
+
+        path = Path(path)
+        meta_file = path / MODEL_FILE
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{path} is not an omtr model directory (no {MODEL_FILE}); "
+                                    "make one with `omtr model init --backbone small --out DIR`")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path}: model directory format {meta.get('format')}, this omtr reads {FORMAT_VERSION}")
+        cfg = ModelConfig.from_dict(meta["config"])
+        device = device or resolve_device(cfg.device)
+        source = meta["backbone"]["source"]
+        if meta["backbone"]["saved"]:
+            tok = AutoTokenizer.from_pretrained(str(path / "tokenizer"))
+            model = AutoModelForCausalLM.from_pretrained(str(path / "backbone"),
+                                                         dtype=resolve_dtype(cfg.dtype, device)).to(device)
+            bb = Backbone(model, tok, source)
+        else:
+            bb = load_backbone(cfg, device=device)
+            bb.tokenizer = AutoTokenizer.from_pretrained(str(path / "tokenizer"))
+        rm = cls(cfg, bb)
+        for role in ROLE_NAMES:
+            sd = load_file(str(path / "adapters" / f"{role}.safetensors"), device=str(rm.device))
+            res = set_peft_model_state_dict(rm.lm, sd, adapter_name=role)
+            if getattr(res, "unexpected_keys", None):
+                raise ValueError(f"{path}: adapter {role} has unexpected weights {res.unexpected_keys[:3]}")
+        roles = load_file(str(path / "roles.safetensors"), device=str(rm.device))
+        with torch.no_grad():
+            rm.role_embeddings.copy_(roles["role_embeddings"])
+            rm.initial_role_embeddings.copy_(roles["initial_role_embeddings"])
+            rm.judge_head.weight.copy_(roles["judge_head.weight"])
+            rm.judge_head.bias.copy_(roles["judge_head.bias"])
+        return rm
+
+
+def _cache_of(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _sample_top_p(logp: torch.Tensor, top_p: float, rng: torch.Generator) -> torch.Tensor:
+    """Nucleus sampling from log-probabilities [B, V]."""
+    probs = logp.exp()
+    if top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        cum = sorted_p.cumsum(-1)
+        sorted_p = sorted_p.masked_fill(cum - sorted_p > top_p, 0.0)
+        pick = torch.multinomial(sorted_p.cpu(), 1, generator=rng).to(idx.device)
+        return idx.gather(-1, pick).squeeze(-1)
+    return torch.multinomial(probs.cpu(), 1, generator=rng).squeeze(-1).to(logp.device)

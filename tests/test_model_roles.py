@@ -1,0 +1,237 @@
+"""The role model on the micro backbone: shapes, role switching, the Judge, log-probs, memory,
+save/load and the reference policy."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from omtr.config import model_profile  # noqa: E402
+from omtr.inference.policy import Generation, Policy, Sampling  # noqa: E402
+
+PROMPTS = [
+    [{"role": "user", "content": "Stack block a on block b."}],
+    [{"role": "system", "content": "Write PDDL."}, {"role": "user", "content": "Move both balls to room b, then stop."}],
+    [{"role": "user", "content": "Deliver the package."}],
+]
+GREEDY = Sampling(greedy=True, max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    torch.set_num_threads(1)  # a tiny model runs fastest (and steadiest on a busy machine) on one thread
+    from omtr.model import build_model
+
+    return build_model("micro")
+
+
+@pytest.fixture(scope="module")
+def perturbed():
+    """A micro model whose role parameters are all non-trivial (LoRA B starts at zero)."""
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    _perturb(m, seed=5)
+    return m
+
+
+def _perturb(m, seed, only=None):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if only is not None and not any(f".{r}." in name for r in only):
+                continue
+            if "lora_" in name or (only is None and (name.startswith("role_embeddings") or name.startswith("judge_head"))):
+                p.add_(torch.randn(p.shape, generator=g) * 0.3)
+
+
+def _free(m, role, prompts=PROMPTS, sampling=GREEDY, **kw):
+    return m.generate(role, prompts, sampling, grammar=False, **kw)
+
+
+def test_is_a_policy_and_generations_have_the_contract_shapes(micro):
+    assert isinstance(micro, Policy)
+    gens = _free(micro, "actor")
+    assert len(gens) == len(PROMPTS) and all(isinstance(g, Generation) for g in gens)
+    prompt_lens = [len(s) for s in micro.encode_prompts(PROMPTS)]
+    for g, n in zip(gens, prompt_lens):
+        assert len(g.token_ids) == len(g.logprobs) >= 1
+        assert all(lp <= 0.0 for lp in g.logprobs)
+        assert g.prompt_tokens == n
+        assert g.finish_reason in ("stop", "length")
+        assert g.timings["prefill_ms"] > 0 and g.timings["decode_ms"] > 0
+    with pytest.raises(ValueError, match="judge"):
+        micro.generate("judge", PROMPTS, GREEDY)
+
+
+def test_roles_switch_adapters_and_role_vectors():
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    comp = [g.token_ids for g in _free(m, "actor")]
+    actor0, _ = m.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert m.lm.active_adapter == "actor"
+    editor0, _ = m.token_logprobs("editor", PROMPTS, comp, grammar=False)
+    assert m.lm.active_adapter == "editor"
+    assert not torch.allclose(actor0, editor0), "roles differ by their role vectors even before training"
+    _perturb(m, seed=1, only=("editor",))
+    actor1, _ = m.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    editor1, _ = m.token_logprobs("editor", PROMPTS, comp, grammar=False)
+    assert torch.allclose(actor0, actor1, atol=1e-6), "changing the Editor's adapter must not move the Actor"
+    assert not torch.allclose(editor0, editor1, atol=1e-3)
+
+
+def test_judge_scores_are_probabilities_and_train_only_judge_parameters(micro):
+    scores = micro.judge(PROMPTS)
+    assert len(scores) == 3 and all(0.0 < s < 1.0 for s in scores)
+    micro.zero_grad()
+    s = micro.judge_scores(PROMPTS)
+    assert s.shape == (3,) and s.requires_grad
+    s.sum().backward()
+    grads = {n: p.grad for n, p in micro.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert "judge_head.weight" in grads and "role_embeddings" in grads
+    assert any(".judge." in n for n in grads)
+    assert not any(".actor." in n or ".editor." in n for n in grads)
+    assert not any("lora_" not in n and n not in ("judge_head.weight", "judge_head.bias", "role_embeddings")
+                   for n in grads), "a frozen backbone gets no gradient"
+    rg = micro.role_embeddings.grad
+    assert rg[1].abs().sum() > 0 and rg[0].abs().sum() == 0 and rg[2].abs().sum() == 0
+    micro.zero_grad()
+
+
+def test_token_logprobs_equal_the_generation_logprobs_with_and_without_grammar(micro):
+    from omtr.model.grammar import GrammarLimits
+
+    sampled = Sampling(greedy=False, temperature=0.7, top_p=0.9, max_new_tokens=20, seed=3)
+    gens = _free(micro, "editor", sampling=sampled)
+    lp, mask = micro.token_logprobs("editor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=False)
+    assert lp.shape == mask.shape == (3, max(len(g.token_ids) for g in gens))
+    assert lp.requires_grad
+    for b, g in enumerate(gens):
+        assert mask[b].sum() == len(g.token_ids)
+        assert torch.allclose(lp[b, :len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
+    micro.set_grammar_limits(GrammarLimits(name_len=4, ws=2))
+    gens = micro.generate("actor", PROMPTS, sampled, grammar=True)
+    lp, _ = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=True)
+    free, _ = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=False)
+    for b, g in enumerate(gens):
+        assert torch.allclose(lp[b, :len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
+    assert (lp >= free - 1e-5).all() and (lp > free + 1e-3).any(), "the constrained distribution renormalises"
+
+
+def test_generation_stops_early_per_sequence_and_at_the_token_limit(micro):
+    seen = []
+
+    def stop_when(text):
+        seen.append(text)
+        return len(text) >= 8
+
+    gens = micro.generate("actor", PROMPTS, Sampling(greedy=True, max_new_tokens=64), grammar=False, stop_when=stop_when)
+    for g in gens:
+        assert g.finish_reason == "stop" and len(g.token_ids) < 64
+        assert len(g.text) >= 8
+        assert len(micro.tokenizer.decode(g.token_ids[:-1])) < 8, "stopped at the first token that satisfied it"
+    assert seen and all(isinstance(t, str) for t in seen)
+    gens = _free(micro, "actor", sampling=Sampling(greedy=True, max_new_tokens=7))
+    assert all(g.finish_reason == "length" and len(g.token_ids) == 7 for g in gens)
+
+
+def test_batched_generation_equals_one_prompt_at_a_time(micro):
+    batch = _free(micro, "actor")
+    for prompt, g in zip(PROMPTS, batch):
+        (alone,) = _free(micro, "actor", prompts=[prompt])
+        assert alone.token_ids == g.token_ids
+        assert torch.allclose(torch.tensor(alone.logprobs), torch.tensor(g.logprobs), atol=1e-4)
+
+
+def test_sampling_is_seeded(micro):
+    s = Sampling(greedy=False, temperature=0.7, top_p=0.95, max_new_tokens=16, seed=11)
+    a = [g.token_ids for g in _free(micro, "actor", sampling=s)]
+    b = [g.token_ids for g in _free(micro, "actor", sampling=s)]
+    c = [g.token_ids for g in _free(micro, "actor", sampling=Sampling(greedy=False, max_new_tokens=16, seed=12))]
+    assert a == b and a != c
+
+
+def test_parameter_memory_of_three_roles_is_at_most_110_percent(micro):
+    rep = micro.parameter_report()
+    counted = sum(p.numel() for p in micro.parameters())
+    assert rep["parameters"]["total"] == counted
+    assert rep["parameters"]["backbone"] == sum(p.numel() for n, p in micro.lm.named_parameters() if "lora_" not in n)
+    assert rep["memory_ratio"] <= 1.10
+    assert rep["memory_ratio"] == pytest.approx(counted / rep["parameters"]["backbone"])
+    assert sum(rep["role_share"].values()) + rep["shared_share"] == pytest.approx(1.0)
+    assert all(0.005 < s < 0.05 for s in rep["role_share"].values())
+    assert rep["parameters"]["judge"] > rep["parameters"]["actor"], "the Judge also owns its head"
+
+
+def test_save_and_load_give_identical_outputs(perturbed, tmp_path):
+    from omtr.model import RoleModel, load_model
+
+    before_gen = _free(perturbed, "editor")
+    before_judge = perturbed.judge(PROMPTS)
+    comp = [g.token_ids for g in before_gen]
+    before_lp, _ = perturbed.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    perturbed.save(tmp_path / "m")
+    assert {p.name for p in (tmp_path / "m").iterdir()} >= {"omtr-model.json", "adapters", "roles.safetensors",
+                                                          "tokenizer", "backbone"}
+    loaded = load_model(str(tmp_path / "m"))
+    assert isinstance(loaded, RoleModel)
+    after_gen = _free(loaded, "editor")
+    assert [g.token_ids for g in after_gen] == [g.token_ids for g in before_gen]
+    assert [g.logprobs for g in after_gen] == [g.logprobs for g in before_gen]
+    assert loaded.judge(PROMPTS) == before_judge
+    after_lp, _ = loaded.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert torch.equal(after_lp, before_lp)
+    assert torch.equal(loaded.initial_role_embeddings, perturbed.initial_role_embeddings)
+    # a fresh model of the same profile is different: the test would notice a load that ignored the files
+    from omtr.model import build_model
+
+    assert build_model("micro").judge(PROMPTS) != before_judge
+
+
+def test_save_is_atomic_and_load_rejects_other_folders(perturbed, tmp_path, monkeypatch):
+    from omtr.model import RoleModel
+
+    with pytest.raises(FileNotFoundError, match="omtr model init"):
+        RoleModel.load(tmp_path)
+    out = perturbed.save(tmp_path / "m")
+    marker = (out / "omtr-model.json").read_text()
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("safetensors.torch.save_file", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        perturbed.save(out)
+    assert (out / "omtr-model.json").read_text() == marker, "a failed save keeps the old directory"
+    assert [p.name for p in tmp_path.iterdir()] == ["m"], "and leaves no temporary folder"
+
+
+def test_reference_policy_is_the_initial_policy():
+    from omtr.model import build_model
+
+    init = build_model("micro")
+    comp = [g.token_ids for g in _free(init, "actor")]
+    ref0, _ = init.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    trained = build_model("micro")
+    _perturb(trained, seed=2)
+    moved, _ = trained.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert not torch.allclose(moved, ref0, atol=1e-3)
+    with trained.reference():
+        ref, _ = trained.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert torch.allclose(ref, ref0, atol=1e-5)
+    again, _ = trained.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert torch.allclose(again, moved), "adapters come back after the block"
+
+    tb = build_model(model_profile("micro").replace(train_backbone=True))
+    assert any(p.requires_grad for n, p in tb.lm.named_parameters() if "lora_" not in n)
+    with pytest.raises(RuntimeError, match="keep_reference"):
+        with tb.reference():
+            pass
+    with torch.no_grad():
+        for n, p in tb.lm.named_parameters():
+            if "lora_" not in n:
+                p.mul_(1.5)
+    tb.keep_reference()
+    with tb.reference():
+        ref_tb, _ = tb.token_logprobs("actor", PROMPTS, comp, grammar=False)
+    assert torch.allclose(ref_tb, ref0, atol=1e-5)
