@@ -62,8 +62,9 @@ def test_concurrent_clients_get_every_verdict_once_and_equal_to_the_local_pool(t
     assert m["omtr_solver_request_specs_sum"] == 160 and m["omtr_solver_request_specs_count"] == 20
 
 
+@pytest.mark.slow
 def test_overload_gives_429s_that_the_client_absorbs(tmp_path):
-    parts = [mixed_specs(16, seed=20 + i) for i in range(6)]
+    parts = [mixed_specs(12, seed=20 + i) for i in range(5)]
     with Server(tmp_path, "--workers", "1", "--max-batch-specs", "4", "--queue-specs", "4", "--no-cache") as server:
         got, stats = _clients(server.url, parts, batch_specs=4, concurrency=2, backoff_s=0.05, max_backoff_s=0.5)
         m = server.metrics()

@@ -31,6 +31,8 @@ def register(sub) -> None:
     p.add_argument("--batch", metavar="SPECS.jsonl", help="solve every line of a JSONL file")
     p.add_argument("--out", metavar="VERDICTS.jsonl", help="where batch verdicts go (required with --batch)")
     p.add_argument("--workers", type=int, default=1, help="solver worker processes (default 1)")
+    p.add_argument("--solver-url", metavar="URL", help="verify --batch on a solver fleet (omtr solver serve) "
+                   "instead of local workers (default: $OMTR_SOLVER_URL; token: $OMTR_SOLVER_TOKEN)")
     p.add_argument("--resume", action="store_true", help="keep --out and skip ids already in it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
@@ -125,7 +127,21 @@ def _batch(args, cfg) -> int:
             items.append((rid, rec["domain"], rec["problem"]))
     mode = "a" if args.resume else "w"
     chunk = max(16, 8 * args.workers)
-    with open(args.out, mode, encoding="utf-8") as out, SolverPool(args.workers, cfg) as pool:
+    from omtr.config import ConfigError, FleetConfig
+
+    try:
+        fleet = FleetConfig.from_env(url=args.solver_url)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    if fleet.url:  # the fleet verifies; the local pool stays the default
+        from omtr.solver.client import FleetClient, FleetError
+
+        verifier = FleetClient(fleet)
+        chunk = fleet.batch_specs * fleet.concurrency  # enough requests in flight to keep the fleet busy
+    else:
+        FleetError = ()  # noqa: N806 - nothing to catch
+        verifier = SolverPool(args.workers, cfg)
+    with open(args.out, mode, encoding="utf-8") as out, verifier as pool:
         for rid, msg in bad:
             v = Verdict.failure(Category.SYNTAX, msg, stage="input")
             out.write(json.dumps({"id": rid, **v.to_json()}) + "\n")
@@ -134,7 +150,11 @@ def _batch(args, cfg) -> int:
         bar = Progress(len(items), "solving", quiet=args.quiet)
         for start in range(0, len(items), chunk):
             part = items[start:start + chunk]
-            verdicts = pool.solve_many([(d, p) for _, d, p in part], cfg)
+            try:
+                ids = {"ids": [rid for rid, _, _ in part]} if fleet.url else {}
+                verdicts = pool.solve_many([(d, p) for _, d, p in part], config=cfg, **ids)
+            except FleetError as exc:
+                raise CliError(f"{exc}. Verdicts so far are in {args.out}: rerun with --resume") from None
             for (rid, _, _), v in zip(part, verdicts):
                 out.write(json.dumps({"id": rid, **v.to_json()}) + "\n")
             out.flush()  # a killed run keeps every finished chunk; --resume continues

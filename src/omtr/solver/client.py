@@ -33,7 +33,8 @@ from omtr.solver.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
-_REQUEST_CONFIG_KEYS = ("time_limit_s", "memory_limit_mb", "search", "validate", "cache")
+_REQUEST_CONFIG_KEYS = ("time_limit_s", "memory_limit_mb", "search", "validate", "cache", "max_file_bytes",
+                        "max_nesting")
 _SPEC_OVERHEAD = 64  # JSON punctuation and id per spec, bytes (for splitting by size)
 
 

@@ -44,6 +44,8 @@ class FleetMetrics:
         self.cache_hits = Counter("omtr_solver_cache_hits", "Verdicts answered from the result cache.", registry=r)
         self.timeouts = Counter("omtr_solver_timeouts", "Verdicts that hit the time limit.", registry=r)
         self.memory_outs = Counter("omtr_solver_memory_outs", "Verdicts that hit the memory limit.", registry=r)
+        self.too_large = Counter("omtr_solver_too_large",
+                                 "Verdicts refused by omtr's own input limits (bytes per file, nesting).", registry=r)
         self.cancelled = Counter("omtr_solver_cancelled_requests",
                                  "Batches stopped early because their client disconnected.", registry=r)
         self.replays = Counter("omtr_solver_idempotent_replays",
@@ -77,6 +79,8 @@ class FleetMetrics:
             self.timeouts.inc()
         if v.memory_out:
             self.memory_outs.inc()
+        if getattr(v, "too_large", False):
+            self.too_large.inc()
         self.spec_seconds.observe(v.timings.get("total_ms", 0.0) / 1000)
 
 

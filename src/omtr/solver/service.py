@@ -36,7 +36,8 @@ from omtr.config import ConfigError, ServiceConfig, SolverConfig
 log = logging.getLogger(__name__)
 
 # Per-request solver settings a client may choose (the rest are the server's).
-REQUEST_CONFIG_KEYS = ("time_limit_s", "memory_limit_mb", "search", "validate", "cache")
+REQUEST_CONFIG_KEYS = ("time_limit_s", "memory_limit_mb", "search", "validate", "cache", "max_file_bytes",
+                       "max_nesting")
 MAX_ID_CHARS = 256
 
 
@@ -117,7 +118,7 @@ def request_config(raw, scfg: ServiceConfig, base: SolverConfig) -> SolverConfig
         raise RequestError(422, "bad_request", f"config: unknown or server-only field(s) {unknown}; "
                            f"a request may set {list(REQUEST_CONFIG_KEYS)}")
     types = {"time_limit_s": (int, float), "memory_limit_mb": (int,), "search": (str,), "validate": (bool,),
-             "cache": (bool,)}
+             "cache": (bool,), "max_file_bytes": (int,), "max_nesting": (int,)}
     for k, v in raw.items():
         if not isinstance(v, types[k]) or (isinstance(v, bool) and bool not in types[k]):
             raise RequestError(422, "bad_request", f"config.{k} has the wrong type ({type(v).__name__})")
@@ -131,6 +132,10 @@ def request_config(raw, scfg: ServiceConfig, base: SolverConfig) -> SolverConfig
     if cfg.memory_limit_mb > scfg.max_memory_limit_mb:
         raise RequestError(422, "bad_request", f"config.memory_limit_mb={cfg.memory_limit_mb} is above this "
                            f"server's limit of {scfg.max_memory_limit_mb} MiB")
+    for k in ("max_file_bytes", "max_nesting"):  # a client may lower the input limits, not raise them
+        if getattr(cfg, k) > getattr(base, k):
+            raise RequestError(422, "bad_request", f"config.{k}={getattr(cfg, k)} is above this server's "
+                               f"{getattr(base, k)}")
     return cfg
 
 
