@@ -48,6 +48,42 @@ def _positive_pre(act: Action):
     return out
 
 
+_MAX_DISJUNCTS = 16
+
+
+def _disjuncts(f) -> list[tuple[list[tuple[str, str]], list[tuple]]]:
+    """A precondition as a few alternatives, each (existential variables, positive atoms): the
+    action applies if any alternative's atoms hold for some value of its variables.
+
+    ``or`` splits, ``exists`` adds variables, ``and`` combines; negations, ``forall``, ``imply``
+    and comparisons are dropped, which only widens where the action applies (sound for proving
+    that it never does). Beyond a few alternatives the formula counts as always true."""
+    if not isinstance(f, list) or not f:
+        return [([], [])]
+    h = f.head
+    if h == "and":
+        out = [([], [])]
+        for g in f[1:]:
+            out = [(v1 + v2, a1 + a2) for v1, a1 in out for v2, a2 in _disjuncts(g)]
+            if len(out) > _MAX_DISJUNCTS:
+                return [([], [])]
+        return out
+    if h == "or":
+        out = [d for g in f[1:] for d in _disjuncts(g)]
+        return out if len(out) <= _MAX_DISJUNCTS and out else [([], [])]
+    if h == "exists" and len(f) == 3 and isinstance(f[1], list):
+        from omtr.spec.model import SpecError, parse_typed_list
+
+        try:
+            vs = parse_typed_list(f[1], "exists", allow_vars=True)
+        except SpecError:
+            return [([], [])]
+        return [(vs + v, a) for v, a in _disjuncts(f[2])]
+    if h is None or h in LOGICAL or h == "=" or h in COMPARATORS:
+        return [([], [])]
+    return [([], [tuple(f)])]
+
+
 def _add_effects(act: Action):
     out = []
     for atom, neg, bound in atoms_of(act.effect, effect=True):
@@ -75,14 +111,19 @@ def relaxed_reachable(dom: Domain, prob: Problem, *, time_budget_s: float = 2.0)
     for o, t in objects.items():
         for anc in _ancestors(dom, t):
             by_type[anc].append(o)
-    facts: set[tuple] = {tuple(a) for a in prob.init if a.head != "="}
+    facts: set[tuple] = {tuple(a) for a in prob.init if a.head not in ("=", "not")}
     for o, t in objects.items():  # types hold as unary facts
         for anc in _ancestors(dom, t):
             facts.add((anc, o))
     index: dict[str, set[tuple]] = defaultdict(set)
     for f in facts:
         index[f[0]].add(f)
-    schemas = [(a, _positive_pre(a), _add_effects(a)) for a in [*dom.actions.values(), *_rule_schemas(dom)]]
+    schemas = []
+    for act in [*dom.actions.values(), *_rule_schemas(dom)]:
+        adds = _add_effects(act)
+        for extra, pre in _disjuncts(act.precondition):
+            as_action = Action(act.name, act.parameters + extra, None, act.effect) if extra else act
+            schemas.append((as_action, pre, adds))
     fired: set[str] = set()
     changed = True
     try:

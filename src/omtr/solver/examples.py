@@ -104,7 +104,8 @@ MALFORMED = [
     _bw("syntax-unknown-section", "syntax", ":objectz", prob=[("(:objects a b c)", "(:objectz a b c)")]),
     _bw("syntax-double-paren-formula", "syntax", "and",
         dom=[(":precondition (and (clear ?y) (holding ?x))", ":precondition ((clear ?y) (holding ?x))")]),
-    _bw("syntax-negated-init", "syntax", "(not (holding a))", prob=[("(clear c))", "(clear c) (not (holding a)))")]),
+    _bw("syntax-init-true-and-false", "syntax", "both true and false",
+        prob=[("(clear c))", "(clear c) (not (clear c)))")]),
     # --- object_type
     _bw("object-undeclared-in-init", "object_type", "`d`", prob=[("(clear b)", "(clear b) (clear d)")]),
     _gr("object-undeclared-param-type", "object_type", "`rom`",

@@ -21,15 +21,12 @@ from omtr.spec.model import (
 )
 from omtr.spec.sexpr import SList, to_text
 
-KNOWN_REQUIREMENTS = {
-    ":strips", ":typing", ":negative-preconditions", ":disjunctive-preconditions", ":equality",
-    ":existential-preconditions", ":universal-preconditions", ":quantified-preconditions",
-    ":conditional-effects", ":adl", ":derived-predicates", ":action-costs", ":numeric-fluents",
-    ":fluents", ":object-fluents", ":durative-actions", ":duration-inequalities",
-    ":continuous-effects", ":timed-initial-literals", ":preferences", ":constraints",
-    ":domain-axioms", ":action-expansions", ":foreach-expansions", ":dag-expansions",
-    ":safety-constraints", ":expression-evaluation", ":open-world", ":true-negation", ":ucpop",
-}
+# The requirement flags Fast Downward's translator accepts; it stops on any other flag.
+PLANNER_REQUIREMENTS = (
+    ":strips", ":adl", ":typing", ":negation", ":equality", ":negative-preconditions",
+    ":disjunctive-preconditions", ":existential-preconditions", ":universal-preconditions",
+    ":quantified-preconditions", ":conditional-effects", ":derived-predicates", ":action-costs",
+)
 NUMERIC_OPS = {"increase", "decrease", "assign", "scale-up", "scale-down"}
 
 
@@ -133,9 +130,7 @@ def _check_type(dom: Domain, t: str, where: str, line: int | None) -> None:
 
 
 def _check_domain(dom: Domain, res: LintResult) -> None:
-    for r in dom.requirements:
-        if r not in KNOWN_REQUIREMENTS:
-            res.warnings.append(f"unknown requirement {r} in :requirements")
+    _check_requirements(dom.requirements, "domain")
     res.warnings.extend(dom.notes)
     # type hierarchy
     for t, parents in dom.types.items():
@@ -165,14 +160,12 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
     derived = dom.derived_predicates
     for rule in dom.derived:
         where = f"derived predicate `{rule.name}` (line {rule.line})"
-        if rule.name not in dom.predicates:
-            raise SpecError(
-                Category.PREDICATE_SCHEMA,
-                f"{where} is not declared in :predicates{_suggest(rule.name, dom.predicates)}; "
-                f"declare ({rule.name} ...) there",
-                rule.line,
+        if rule.name not in dom.predicates:  # legal, but then nothing may use it (as the planner reads it)
+            res.warnings.append(
+                f"{where} is not declared in :predicates, so no action or goal can use it; "
+                f"declare ({rule.name} ...) there"
             )
-        if len(rule.parameters) != len(dom.predicates[rule.name]):
+        elif len(rule.parameters) != len(dom.predicates[rule.name]):
             raise SpecError(
                 Category.PREDICATE_SCHEMA,
                 f"{where} has {len(rule.parameters)} parameters but `{rule.name}` is declared with "
@@ -195,6 +188,16 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
     for p in dom.predicates:
         if p not in used_preds:
             res.warnings.append(f"predicate `{p}` is declared but no action uses it")
+
+
+def _check_requirements(flags: list[str], what: str) -> None:
+    for r in flags:
+        if r not in PLANNER_REQUIREMENTS:
+            raise SpecError(
+                Category.SYNTAX,
+                f"{what} :requirements: the planner does not support {r}; it reads only "
+                f"{', '.join(PLANNER_REQUIREMENTS)}: remove {r}",
+            )
 
 
 def _all_params(dom: Domain):
@@ -361,6 +364,7 @@ def _action_hints(dom: Domain, act, res: LintResult) -> None:
 
 
 def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
+    _check_requirements(prob.requirements, "problem")
     if prob.domain_name != dom.name:
         raise SpecError(
             Category.SYNTAX,
@@ -379,14 +383,18 @@ def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
             )
     used: set[str] = set()
     init_atoms: set[tuple] = set()
+    negated: dict[tuple, SList] = {}
     for a in prob.init:
-        if a.head == "not":
-            raise SpecError(
-                Category.SYNTAX,
-                f"problem :init: {to_text(a)} at line {a.line}: the initial state lists only true atoms; "
-                "drop negated atoms (anything not listed is false)",
-                a.line,
-            )
+        if a.head == "not":  # legal: the planner and VAL read it as "false", which it is anyway
+            if len(a) != 2 or not isinstance(a[1], list) or not a[1] or a[1].head in ("not", "=", None):
+                raise SpecError(
+                    Category.SYNTAX,
+                    f"problem :init: {to_text(a)[:60]} at line {a.line}: write a negated atom as (not (p a b))",
+                    a.line,
+                )
+            _check_atom(dom, a[1], {}, prob.objects, ":init", used)
+            negated[tuple(a[1])] = a
+            continue
         if a.head == "=":  # numeric fluent initialisation (= (total-cost) 0)
             if len(a) == 3 and isinstance(a[1], list) and a[1].head in dom.functions:
                 continue
@@ -404,6 +412,20 @@ def _check_problem(dom: Domain, prob: Problem, res: LintResult) -> None:
                 )
         _check_atom(dom, a, {}, prob.objects, ":init", used)
         init_atoms.add(tuple(a))
+    both = sorted(set(negated) & init_atoms)
+    if both:
+        text = to_text(list(both[0]))
+        raise SpecError(
+            Category.SYNTAX,
+            f"problem :init states {text} both true and false (not {text}) at line {negated[both[0]].line}; "
+            "keep one of them",
+            negated[both[0]].line,
+        )
+    if negated:
+        res.warnings.append(
+            f"problem :init lists {len(negated)} negated atom{'s' if len(negated) > 1 else ''} such as "
+            f"{to_text(negated[next(iter(negated))])}; they change nothing (unlisted atoms are false)"
+        )
     _check_formula(dom, prob.goal, {}, ":goal", used, objects=prob.objects, goal=True)
     _check_goal_static(dom, prob, init_atoms, res)
     _check_unused(dom, prob, res)

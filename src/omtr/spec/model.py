@@ -110,6 +110,7 @@ class Problem:
     init: list[SList] = field(default_factory=list)  # ground atoms (and numeric (= (f) n))
     goal: SList | None = None
     metric: SList | None = None
+    requirements: list[str] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
 
 
@@ -268,13 +269,12 @@ def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
                 j += 1
         elif key == ":action":
             act = _parse_action(sec)
-            if act.name in dom.actions:
-                raise SpecError(
-                    Category.PREDICATE_SCHEMA,
+            if act.name in dom.actions:  # the planner and VAL keep both; so do plans that use either
+                dom.notes.append(
                     f"action `{act.name}` is defined twice (lines {dom.actions[act.name].line} and {act.line}); "
-                    "rename one of them",
-                    act.line,
+                    "the planner keeps both, omtr's checks read the first: rename one of them"
                 )
+                continue
             dom.actions[act.name] = act
         elif key == ":derived":
             dom.derived.append(_parse_derived(sec))
@@ -428,7 +428,7 @@ def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
         elif key == ":metric":
             prob.metric = sec
         elif key == ":requirements":
-            pass
+            prob.requirements = [str(r) for r in sec[1:] if not isinstance(r, list)]
         else:
             raise SpecError(
                 Category.SYNTAX,
