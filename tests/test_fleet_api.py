@@ -202,3 +202,13 @@ def test_start_up_does_not_import_the_fleet_libraries():
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "omtr", "solver", "serve", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--workers" in r.stdout and "examples:" in r.stdout
+
+
+def test_cli_ping_prints_the_fleets_limits(server):
+    r = subprocess.run([sys.executable, "-m", "omtr", "solver", "ping", "--url", server.url],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["max_batch_specs"] == 8
+    r = subprocess.run([sys.executable, "-m", "omtr", "solver", "ping", "--url", "localhost:1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "http://HOST:PORT" in r.stderr
