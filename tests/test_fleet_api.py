@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -114,6 +115,30 @@ def test_a_retried_batch_is_answered_without_verifying_again(server):
     assert server.metrics()["omtr_solver_calls_total"] == calls  # not verified twice
     other = _post(server, {"specs": [_one("other")]}, headers=headers)
     assert other.status_code == 422 and "different batch" in other.json()["error"]
+
+
+def test_a_retry_while_the_first_try_runs_waits_for_it(server, benchmarks):
+    from fleet_helpers import hard_specs
+
+    import threading
+
+    specs = hard_specs(benchmarks, 3)  # about 1 s each: the first try is still running when the retry comes
+    body = {"specs": [{"id": f"h{i}", "domain": d, "problem": p} for i, (d, p) in enumerate(specs)],
+            "config": {"time_limit_s": 1, "search": "astar(blind())", "memory_limit_mb": 1000}}
+    headers = {**AUTH, "Idempotency-Key": "running-batch"}
+    calls = server.metrics()["omtr_solver_calls_total"]
+    first: dict = {}
+    t = threading.Thread(target=lambda: first.setdefault("r", _post(server, body, headers=headers)))
+    t.start()
+    deadline = time.monotonic() + 30
+    while server.metrics()["omtr_solver_inflight_requests"] < 1:
+        assert time.monotonic() < deadline, "the first try never started"
+        time.sleep(0.02)
+    retry = _post(server, body, headers=headers)
+    t.join(60)
+    assert first["r"].status_code == 200 and retry.status_code == 200
+    assert retry.headers.get("x-omtr-replay") == "1" and retry.json() == first["r"].json()
+    assert server.metrics()["omtr_solver_calls_total"] == calls + 3  # verified once
 
 
 def test_client_matches_local_pool_and_splits_to_server_limits(server):

@@ -107,3 +107,34 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path, ben
         prom.stop()
         server.stop()
         tel.close()
+
+
+def test_training_telemetry_push_reaches_a_real_pushgateway(tmp_path):
+    binary = shutil.which("prometheus-pushgateway")
+    if not binary:
+        pytest.fail("prometheus-pushgateway is not installed: apt-get install -y prometheus-pushgateway (.ci/run does it)")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "pushgateway.log", "w") as log:
+        proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(url + "/-/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, "pushgateway did not start"
+                time.sleep(0.1)
+            tel = TrainingTelemetry(run_id="run-7")
+            tel.record(step=3, rewards={"actor": 0.5}, judge_auc=0.75, episodes=8)
+            tel.push(url)
+            text = httpx.get(url + "/metrics", timeout=5).text
+            assert 'omtr_train_step{instance="",job="omtr-train",run_id="run-7"} 3' in text
+            assert 'omtr_train_reward{instance="",job="omtr-train",role="actor",run_id="run-7"} 0.5' in text
+            assert 'omtr_train_episodes_total{instance="",job="omtr-train",run_id="run-7"} 8' in text
+        finally:
+            proc.terminate()
+            proc.wait(30)
