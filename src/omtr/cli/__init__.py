@@ -27,7 +27,9 @@ class CliError(Exception):
     """A usage error: printed as one line, exit status 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with just ``only`` (what ``main`` uses when the command
+    line names one: the other subcommands' modules are then never imported)."""
     parser = argparse.ArgumentParser(
         prog="omtr",
         description="omtr: natural-language planning tasks to solver-verified PDDL.",
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings only, no progress bars")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in (only,) if only in SUBCOMMANDS else SUBCOMMANDS:
         try:
             module = importlib.import_module(f"omtr.cli.{name}")
         except ModuleNotFoundError as exc:  # a subcommand module not written yet
@@ -49,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    command = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

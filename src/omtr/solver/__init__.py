@@ -11,15 +11,34 @@ in-memory cache; for long-running work (training, evaluation) hold a :class:`Sol
 from __future__ import annotations
 
 import atexit
+import importlib
 import threading
+from typing import TYPE_CHECKING
 
 from omtr.config import SolverConfig
-from omtr.solver.cache import ResultCache, normalise, spec_key
-from omtr.solver.lint import lint
-from omtr.solver.pipeline import PlanCheck, validate_plan
-from omtr.solver.pool import SolverPool
+from omtr.solver.lint import lint  # eager: the name would otherwise resolve to the submodule
 from omtr.solver.verdict import Verdict
 from omtr.spec.categories import Category
+
+if TYPE_CHECKING:
+    from omtr.solver.cache import ResultCache, normalise, spec_key
+    from omtr.solver.pipeline import PlanCheck, validate_plan
+    from omtr.solver.pool import SolverPool
+
+# Imported on first use, so that one-off commands load only the parts they run.
+_LAZY = {
+    "ResultCache": "omtr.solver.cache", "normalise": "omtr.solver.cache", "spec_key": "omtr.solver.cache",
+    "PlanCheck": "omtr.solver.pipeline", "validate_plan": "omtr.solver.pipeline",
+    "SolverPool": "omtr.solver.pool",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'omtr.solver' has no attribute {name!r}")
 
 __all__ = [
     "Category", "PlanCheck", "ResultCache", "SolverConfig", "SolverPool", "Verdict",
@@ -27,19 +46,23 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-_pools: dict[int, SolverPool] = {}
-_cache: ResultCache | None = None
+_pools: "dict[int, SolverPool]" = {}
+_cache: "ResultCache | None" = None
 
 
-def shared_cache() -> ResultCache:
+def shared_cache() -> "ResultCache":
     global _cache
     if _cache is None:
+        from omtr.solver.cache import ResultCache
+
         _cache = ResultCache()
     return _cache
 
 
-def shared_pool(workers: int = 1) -> SolverPool:
+def shared_pool(workers: int = 1) -> "SolverPool":
     """The process-wide pool with ``workers`` workers (started on first use, closed at exit)."""
+    from omtr.solver.pool import SolverPool
+
     with _lock:
         pool = _pools.get(workers)
         if pool is None or pool._closed:
@@ -63,6 +86,8 @@ def solve_many(specs, workers: int = 1, config: SolverConfig | None = None, *, p
     """Verdicts for ``(domain, problem)`` pairs in input order, over ``workers`` processes."""
     cfg = config or SolverConfig()
     if cfg.cache_dir:  # a pool of its own, whose cache lives in cache_dir
+        from omtr.solver.pool import SolverPool
+
         with SolverPool(workers, cfg) as own:
             return own.solve_many(specs, cfg, progress=progress)
     return shared_pool(workers).solve_many(specs, cfg, progress=progress)

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 import threading
 from collections import OrderedDict
 
@@ -69,6 +68,8 @@ class ResultCache:
                 db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL)")
 
     def _connect(self):
+        import sqlite3  # only for the on-disk cache
+
         db = sqlite3.connect(self._db_path, timeout=30)
         db.execute("PRAGMA journal_mode=WAL")
         return db

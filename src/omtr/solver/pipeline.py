@@ -19,7 +19,6 @@ import time
 
 from omtr.config import SolverConfig
 from omtr.solver import proc
-from omtr.solver.diagnose import diagnose_unsolvable
 from omtr.solver.lint import LintResult
 from omtr.solver.lint import lint as run_lint
 from omtr.solver.verdict import Verdict
@@ -253,6 +252,8 @@ def _tail(text: str, n: int = 300) -> str:
 
 
 def _unsolvable(v: Verdict, lint: LintResult, why: str) -> Verdict:
+    from omtr.solver.diagnose import diagnose_unsolvable
+
     t0 = time.perf_counter()
     diag = diagnose_unsolvable(lint.domain, lint.problem, lint.hints)
     v.timings["diagnose_ms"] = (time.perf_counter() - t0) * 1000
