@@ -214,6 +214,14 @@ def test_cli_batch_with_a_broken_line_and_resume(tmp_path):
     assert r.returncode == 0, r.stderr
     ids = [json.loads(x)["id"] for x in out.read_text().splitlines()]
     assert ids.count("s0") == 1 and ids.count("s9") == 1
+    # A kill mid-line leaves half a record: resuming drops it, solves that spec again, and every
+    # line of the result is whole JSON.
+    whole = out.read_text().splitlines()
+    out.write_text("\n".join(whole[:-1]) + "\n" + whole[-1][: len(whole[-1]) // 2])
+    r = _omtr("solve", "--batch", str(specs), "--out", str(out), "--resume")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(row["id"] for row in rows) == sorted(json.loads(x)["id"] for x in whole)
 
 
 def test_help_has_examples_and_starts_fast():

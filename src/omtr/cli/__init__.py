@@ -98,3 +98,24 @@ def read_input_file(path: str, what: str = "") -> bytes:
         raise CliError(f"{label}: is a directory, expected a file") from None
     except PermissionError:
         raise CliError(f"{label}: permission denied") from None
+
+
+def finished_ids(path: str) -> set[str]:
+    """Ids of the records already in a JSON Lines output that a run appends to (``--resume``).
+
+    A last line cut short by a kill is removed from the file first, so that the next record does
+    not run into it; that record's work is simply done again."""
+    import json
+
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+    done = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                done.add(str(json.loads(line)["id"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # not a record of ours: its work runs again
+    return done

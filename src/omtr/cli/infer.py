@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from omtr.cli import CliError, add_command
+from omtr.cli import CliError, add_command, finished_ids
 
 EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jsonl
   omtr infer --model runs/model --tasks bw.jsonl --budget 6 --batch-size 8 --workers 2 --out traces.jsonl
@@ -53,22 +53,6 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def _done_ids(path: str) -> set[str]:
-    """Ids already in a trace file; a last line cut short by a kill is removed (it runs again)."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
-    done = set()
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                done.add(str(json.loads(line)["id"]))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a kill: that task runs again
-    return done
-
-
 def _check_args(args) -> None:
     if args.budget is not None and args.budget < 1:
         raise CliError(f"--budget must be at least 1 (the Actor's spec), got {args.budget}")
@@ -102,7 +86,7 @@ def run(args) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
     chosen = tasks[: args.limit] if args.limit is not None else tasks
-    done = _done_ids(args.out) if args.resume and os.path.exists(args.out) else set()
+    done = finished_ids(args.out) if args.resume and os.path.exists(args.out) else set()
     todo = [t for t in chosen if t.id not in done]
     try:
         solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)

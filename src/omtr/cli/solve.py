@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from omtr.cli import CliError, add_command, read_input_file
+from omtr.cli import CliError, add_command, finished_ids, read_input_file
 
 EXAMPLES = """  omtr solve domain.pddl problem.pddl
   omtr solve domain.pddl problem.pddl --time-limit 10 --search 'astar(lmcut())'
@@ -95,12 +95,7 @@ def _batch(args, cfg) -> int:
     done: set[str] = set()
     if os.path.exists(args.out):
         if args.resume:
-            with open(args.out, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        done.add(str(json.loads(line)["id"]))
-                    except (ValueError, KeyError, TypeError):
-                        continue  # a line cut short by a kill: solved again
+            done = finished_ids(args.out)  # a line cut short by a kill is dropped and solved again
         elif not args.overwrite:
             raise CliError(f"{args.out} exists; pass --resume to continue it or --overwrite to replace it")
     items: list[tuple[str, object, object]] = []
@@ -114,6 +109,8 @@ def _batch(args, cfg) -> int:
                 if not isinstance(rec, dict):
                     raise ValueError("not a JSON object")
             except ValueError as exc:
+                if f"line-{n}" in done:
+                    continue
                 bad.append((f"line-{n}", f"{args.batch} line {n} is not a JSON object ({exc}); "
                                          "expected {\"id\", \"domain\", \"problem\"}"))
                 continue
