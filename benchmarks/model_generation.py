@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--modes", default="free,grammar", help="comma-separated: free, grammar (default both)")
     args = ap.parse_args()
 
     import torch
@@ -54,7 +55,7 @@ def main() -> None:
     result = {"model": args.model, "batch": args.batch, "load_s": round(load_s, 2),
               "prompt_tokens": max(len(p) for p in model.encode_prompts(prompts)), "threads": torch.get_num_threads()}
     model.grammar  # compile outside the timed runs
-    for grammar in (False, True):
+    for grammar in [m.strip() == "grammar" for m in args.modes.split(",")]:
         sampling = Sampling(greedy=False, temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
         t = time.perf_counter()
         gens = model.generate("actor", prompts, sampling, grammar=grammar)

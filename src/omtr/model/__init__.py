@@ -20,8 +20,11 @@ def load_model(path_or_profile: str, *, device: str | None = None) -> RoleModel:
     """A model directory if ``path_or_profile`` is one, else a fresh model of that profile / backbone."""
     from pathlib import Path
 
+    from omtr.model.backbone import check_backbone_name
+
     if (Path(path_or_profile) / MODEL_FILE).is_file():
         return RoleModel.load(path_or_profile, device=device)
+    check_backbone_name(path_or_profile)
     return build_model(path_or_profile, device=device)
 
 

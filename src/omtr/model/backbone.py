@@ -38,7 +38,7 @@ CHATML_TEMPLATE = (
 )
 
 
-class BackboneError(RuntimeError):
+class BackboneError(ValueError):
     """A backbone that cannot be found or loaded; the message says what to do."""
 
 

@@ -313,7 +313,7 @@ class RoleModel(nn.Module):
         pieces = self.pieces
         eos = self.tokenizer.eos_token_id
         rng = torch.Generator(device="cpu")
-        rng.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        rng.manual_seed(sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(7), "little"))
         temperature = 1.0 if sampling.greedy else sampling.temperature
 
         seqs = self.encode_prompts(prompts)
