@@ -1,0 +1,251 @@
+"""The trainer's typed configuration: every learning-signal number of the paper is a default here.
+
+``TrainConfig`` is one frozen dataclass; every field has a default and a help string, and
+``__post_init__`` rejects combinations that cannot work with a sentence that says how to fix them.
+Profiles (``micro``, ``small``, ``paper``) are instances; ``--config FILE`` (JSON or YAML) and
+``--set key=value`` change single fields (:meth:`TrainConfig.with_overrides`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omtr.config import ConfigError, EpisodeConfig
+
+_EP = EpisodeConfig()
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Multi-role RL from planner feedback (PPO for Actor and Editor, the Judge's calibrated loss)."""
+
+    profile: str = _f("paper", "Name of the profile these values started from (informational).")
+    model: str = _f("small", "Model directory or profile (micro, small, paper) the run starts from.")
+    device: str | None = _f(None, "torch device (cpu, cuda, ...); None: the model profile's choice.")
+    seed: int = _f(0, "Seed of data order, sampling and every random choice of the trainer.")
+
+    # ---------------------------------------------------------------- schedule / rollout
+    cycles: int = _f(8, "Cycles of rollout -> update (paper: 8).")
+    updates_per_cycle: int = _f(16, "Batches (one PPO update each) per cycle; tasks per cycle = "
+                                    "updates_per_cycle x episodes_per_batch / samples_per_task.")
+    episodes_per_batch: int = _f(32, "Episodes rolled out per update (paper: 32).")
+    samples_per_task: int = _f(1, "Episodes sampled per task in one batch (the group of the `group` estimator).")
+    max_repairs: int = _f(_EP.max_repairs, "H_max: Editor turns after the Actor's spec; K = H_max + 1 planner calls.")
+    temperature: float = _f(_EP.train_temperature, "Sampling temperature of rollouts (paper: 0.7).")
+    top_p: float = _f(1.0, "Nucleus mass of rollouts; 1.0 keeps the PPO ratio exact.")
+    max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
+    rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
+    grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
+
+    # ---------------------------------------------------------------- rewards
+    reward: str = _f("binary", "Outcome score of a verdict, by name: binary (the paper: success 1, else 0) "
+                               "or shaped (how far up the diagnostic ladder the spec got); see omtr.rl.rewards.")
+    judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
+    editor_step_penalty: float = _f(_EP.editor_step_penalty, "R_E = b_T - c * T (paper: 0.1).")
+    editor_gamma: float = _f(0.9, "Discount crediting R_E back across refinement steps (paper: 0.9).")
+    judge_threshold: float = _f(0.5, "tau of the thresholded Judge reward (logged, appendix A.4).")
+
+    # ---------------------------------------------------------------- losses
+    advantage: str = _f("gae", "Advantage estimator by name: gae (learned value baseline) or group "
+                               "(group mean over samples_per_task samples of a task, GRPO-style).")
+    gae_lambda: float = _f(0.95, "lambda of GAE across refinement steps.")
+    whiten_advantages: bool = _f(True, "Whiten advantages per role over the batch.")
+    group_scale: bool = _f(True, "group: divide by the group's standard deviation (GRPO).")
+    ppo_clip: float = _f(0.2, "PPO clip epsilon (paper: 0.2).")
+    kl_coef: float = _f(0.1, "KL penalty to the reference policy (paper: 0.1).")
+    actor_weight: float = _f(1.0, "Weight of L_PPO^A in the joint loss.")
+    editor_weight: float = _f(0.5, "Weight of L_PPO^E in the joint loss (paper: 0.5).")
+    judge_weight: float = _f(0.3, "Weight of L_J in the joint loss (paper: 0.3).")
+    band_weight: float = _f(0.5, "lambda_band: weight of the Judge's band penalty inside L_J.")
+    value_weight: float = _f(0.5, "Weight of the value head's squared error (gae only).")
+
+    # ---------------------------------------------------------------- optimisation
+    lr: float = _f(3e-5, "Adam learning rate (paper: 3e-5).")
+    value_lr: float = _f(1e-3, "Adam learning rate of the value head (a linear map on frozen features).")
+    adam_betas: tuple[float, float] = _f((0.9, 0.999), "Adam betas.")
+    weight_decay: float = _f(0.0, "Adam weight decay.")
+    max_grad_norm: float = _f(1.0, "Gradient-norm clip (0: off).")
+    ppo_epochs: int = _f(1, "Passes over one batch.")
+    minibatches: int = _f(1, "Optimizer steps per pass (the batch is split in this many parts).")
+    micro_batch_size: int = _f(4, "Sequences per forward/backward (memory); gradients accumulate.")
+
+    # ---------------------------------------------------------------- ablations (paper Table 4)
+    use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")
+    use_editor: bool = _f(True, "False: no Editor (one planner call per episode, no L_E).")
+    separate_models: bool = _f(False, "Three separate backbones, one per role, instead of one shared.")
+    frozen_backbone: bool | None = _f(None, "True freezes the backbone, False trains it; None: the model's setting.")
+
+    # ---------------------------------------------------------------- environment
+    solver_workers: int = _f(1, "Planner worker processes of the local pool.")
+    solver_time_limit_s: float = _f(60.0, "Planner CPU limit per call (paper: 60 s).")
+    solver_memory_mb: int = _f(4096, "Planner memory limit per call.")
+
+    # ---------------------------------------------------------------- bookkeeping
+    checkpoint_every_updates: int = _f(0, "Also checkpoint every K updates (0: once per cycle only).")
+    keep_checkpoints: int = _f(2, "Checkpoints kept on disk (the newest ones).")
+    save_model_every_cycle: bool = _f(True, "Write RUN/model (a model directory) at every cycle's end.")
+    validate_logs: bool = _f(True, "Validate every episode log before the update that uses it.")
+    mlflow: bool = _f(True, "Log to MLflow (tracking URI from the environment, default ./mlruns.db).")
+    experiment: str = _f("omtr-train", "MLflow experiment name.")
+    metrics_port: int | None = _f(None, "Serve Prometheus /metrics on this port (needs the fleet extra).")
+    deepspeed: str | None = _f(None, "DeepSpeed config JSON; None trains with plain torch.")
+
+    def __post_init__(self) -> None:
+        from omtr.rl.advantages import ADVANTAGE_ESTIMATORS
+        from omtr.rl.rewards import OUTCOME_SCORES
+
+        pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
+               "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers")
+        for name in pos:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.episodes_per_batch % self.samples_per_task:
+            raise ConfigError(f"episodes_per_batch ({self.episodes_per_batch}) must be a multiple of "
+                              f"samples_per_task ({self.samples_per_task}): a batch holds whole groups")
+        if self.minibatches > self.episodes_per_batch:
+            raise ConfigError("minibatches cannot exceed episodes_per_batch; lower minibatches")
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise ConfigError(f"advantage {self.advantage!r} is unknown; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        if self.advantage == "group" and self.samples_per_task < 2:
+            raise ConfigError("the group estimator needs several samples of a task: set samples_per_task >= 2 "
+                              "(e.g. --set samples_per_task=4), or use advantage=gae")
+        if self.reward not in OUTCOME_SCORES:
+            raise ConfigError(f"reward {self.reward!r} is unknown; choose one of {sorted(OUTCOME_SCORES)}")
+        if self.max_repairs < 0:
+            raise ConfigError("max_repairs must be >= 0 (0: the Actor's spec only)")
+        if not self.temperature > 0:
+            raise ConfigError("temperature must be positive: PPO needs sampled rollouts (paper: 0.7)")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError("top_p must be in (0, 1]")
+        for name in ("ppo_clip", "kl_coef", "lr", "value_lr", "judge_reward_weight", "editor_step_penalty",
+                     "band_weight", "value_weight", "actor_weight", "editor_weight", "judge_weight",
+                     "weight_decay", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("editor_gamma", "gae_lambda", "judge_threshold"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.checkpoint_every_updates < 0 or self.keep_checkpoints < 1:
+            raise ConfigError("checkpoint_every_updates must be >= 0 and keep_checkpoints >= 1")
+        if self.deepspeed is not None and self.separate_models:
+            raise ConfigError("deepspeed with separate_models is not supported: run the shared backbone, "
+                              "or drop --set deepspeed=...")
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def budget(self) -> int:
+        """K: planner calls per episode."""
+        return 1 + (self.max_repairs if self.use_editor else 0)
+
+    @property
+    def tasks_per_batch(self) -> int:
+        return self.episodes_per_batch // self.samples_per_task
+
+    @property
+    def total_updates(self) -> int:
+        return self.cycles * self.updates_per_cycle
+
+    # ---------------------------------------------------------------- (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["adam_betas"] = list(self.adam_betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {sorted(unknown)}; see `omtr train --help` for the fields")
+        d = dict(d)
+        if "adam_betas" in d:
+            d["adam_betas"] = tuple(float(x) for x in d["adam_betas"])
+        return cls(**d)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def with_overrides(self, pairs: list[str] | None = None, file: str | Path | None = None) -> "TrainConfig":
+        """This config with a file's keys (JSON or YAML), then ``key=value`` pairs, applied."""
+        changes: dict[str, Any] = {}
+        if file is not None:
+            text = Path(file).read_text(encoding="utf-8")
+            if str(file).endswith((".yaml", ".yml")):
+                import yaml
+
+                data = yaml.safe_load(text) or {}
+            else:
+                data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ConfigError(f"{file}: expected a mapping of config keys to values")
+            changes.update(data)
+        types = {f.name: f for f in dataclasses.fields(self)}
+        for pair in pairs or []:
+            if "=" not in pair:
+                raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set lr=1e-4")
+            key, raw = pair.split("=", 1)
+            key = key.strip()
+            if key not in types:
+                raise ConfigError(f"--set {key}: unknown key; known keys: {', '.join(sorted(types))}")
+            changes[key] = _parse_value(raw.strip(), getattr(self, key), key)
+        d = self.to_dict()
+        d.update(changes)
+        return TrainConfig.from_dict(d)
+
+
+def _parse_value(raw: str, current: Any, key: str) -> Any:
+    if raw.lower() in ("none", "null"):
+        return None
+    if isinstance(current, bool) or raw.lower() in ("true", "false"):
+        if raw.lower() in ("true", "1", "yes", "on"):
+            return True
+        if raw.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"--set {key}={raw}: expected true or false")
+    if isinstance(current, tuple):
+        return tuple(float(x) for x in raw.strip("()[]").split(","))
+    for cast in (int, float):
+        if isinstance(current, cast) or current is None:
+            try:
+                return cast(raw)
+            except ValueError:
+                if isinstance(current, cast):
+                    raise ConfigError(f"--set {key}={raw}: expected a number") from None
+    return raw
+
+
+def help_table() -> str:
+    """``key (default): help`` for every field, for ``omtr train --help``."""
+    base = TrainConfig()
+    return "\n".join(f"  {f.name} ({getattr(base, f.name)!r}): {f.metadata['help']}" for f in dataclasses.fields(TrainConfig))
+
+
+TRAIN_PROFILES: dict[str, TrainConfig] = {
+    # The paper's settings: 8 cycles x 16 updates x 32 episodes (4,096 episodes; at ~2.9 planner calls
+    # an episode, about 12,000 calls), one shared trainable backbone, PPO with a value baseline.
+    "paper": TrainConfig(profile="paper", model="paper", minibatches=4),
+    # A short CPU demonstration on SmolLM2: finishes in minutes on 2 cores.
+    "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=1, episodes_per_batch=4,
+                         max_repairs=1, max_new_tokens=200, micro_batch_size=4, solver_time_limit_s=20.0,
+                         solver_memory_mb=2048, frozen_backbone=True, checkpoint_every_updates=0),
+    # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
+    "micro": TrainConfig(profile="micro", model="micro", cycles=2, updates_per_cycle=2, episodes_per_batch=4,
+                         max_repairs=1, max_new_tokens=24, micro_batch_size=4, grammar=False,
+                         solver_time_limit_s=10.0, solver_memory_mb=1024, mlflow=False, lr=1e-3,
+                         save_model_every_cycle=False),
+}
+
+
+def train_profile(name: str) -> TrainConfig:
+    try:
+        return TRAIN_PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown training profile {name!r}; choose one of {sorted(TRAIN_PROFILES)}") from None

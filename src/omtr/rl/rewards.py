@@ -1,0 +1,81 @@
+"""Rewards as plain functions with a contract, registered by name.
+
+An *outcome score* turns the planner's verdicts into numbers::
+
+    score(completions: list[str], *, verdicts: list[Verdict], **columns) -> list[float | None]
+
+``None`` means "no reward": a verdict decided by a limit (time, memory, size; ``verdict.limited``)
+says nothing about the spec, so it is logged and skipped, never counted as a failure. Extra
+columns (``token_ids``, ``task_ids``, ``roles``) are passed by name; a score ignores what it
+does not need. The trainer builds the paper's role rewards on top of the score:
+
+* Actor: ``R_A = score(y0) + w_J * s_J(x, y0)``;
+* Editor: ``R_E = score(y_T) - c * T``, credited to its T steps with discount gamma.
+
+``binary`` is the paper's reward (``b = 1`` iff the planner accepts the spec). ``shaped`` scores
+how far up the diagnostic ladder a spec got; it reads only the verdict, so it is still
+annotation-free. Register more with :func:`register_outcome_score`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from omtr.solver.verdict import Verdict
+
+OutcomeScore = Callable[..., list]
+
+# syntax < object/type < schema < precondition/goal < search < success
+LADDER: dict[str, float] = {
+    "syntax": 0.0,
+    "object_type": 0.2,
+    "predicate_schema": 0.4,
+    "precondition_effect": 0.6,
+    "goal_constraint": 0.6,
+    "unreachable_search": 0.8,
+    "success": 1.0,
+}
+
+OUTCOME_SCORES: dict[str, OutcomeScore] = {}
+
+
+def register_outcome_score(name: str, fn: OutcomeScore | None = None):
+    """Register ``fn`` under ``name`` (usable as a decorator)."""
+    def deco(f: OutcomeScore) -> OutcomeScore:
+        OUTCOME_SCORES[name] = f
+        return f
+    return deco(fn) if fn is not None else deco
+
+
+def outcome(v: Verdict) -> str:
+    """``success`` or the verdict's category (``unknown`` if a failure carries none)."""
+    if v.success:
+        return "success"
+    return v.category.value if v.category is not None else "unknown"
+
+
+@register_outcome_score("binary")
+def binary_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], **_) -> list[float | None]:
+    """1 when the planner accepts the spec (VAL-checked plan), else 0; None for limited verdicts."""
+    return [None if v.limited else (1.0 if v.success else 0.0) for v in verdicts]
+
+
+@register_outcome_score("shaped")
+def shaped_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], **_) -> list[float | None]:
+    """The diagnostic ladder: syntax 0, object/type 0.2, schema 0.4, precondition/goal 0.6,
+    search (proven unsolvable) 0.8, success 1; None for limited verdicts."""
+    return [None if v.limited else LADDER.get(outcome(v), 0.0) for v in verdicts]
+
+
+def actor_reward(score: float | None, judge_score: float | None, weight: float) -> float | None:
+    """R_A = b0 + w * s_J (s_J left out when there is no Judge)."""
+    if score is None:
+        return None
+    return score + (weight * judge_score if judge_score is not None else 0.0)
+
+
+def editor_reward(final_score: float | None, repairs: int, penalty: float) -> float | None:
+    """R_E = b_T - c * T for an episode with T > 0 Editor steps."""
+    if final_score is None:
+        return None
+    return final_score - penalty * repairs
