@@ -41,6 +41,7 @@ from omtr.config import SolverConfig
 from omtr.paths import planbench_family
 from omtr.solver import ResultCache, SolverPool
 from omtr.solver import proc
+from omtr.solver.naive import plain_driver_run
 from omtr.solver.examples import MALFORMED
 
 SMALL = ("blocksworld", "mystery_blocksworld", "logistics")
@@ -65,22 +66,9 @@ def build_mix(n: int, seed: int):
 
 def naive(specs, time_limit: float) -> float:
     """LLM+P style: a driver subprocess per spec, then VAL on the plan."""
-    driver, val = proc.driver_script(), proc.validate_binary()
     t0 = time.perf_counter()
     for domain, problem in specs:
-        tmp = tempfile.mkdtemp(prefix="naive-")
-        try:
-            d, p = os.path.join(tmp, "domain.pddl"), os.path.join(tmp, "problem.pddl")
-            Path(d).write_text(domain)
-            Path(p).write_text(problem)
-            plan = os.path.join(tmp, "sas_plan")
-            subprocess.run([sys.executable, driver, "--plan-file", plan, "--overall-time-limit",
-                            str(int(time_limit)), "--alias", "lama-first", d, p],
-                           cwd=tmp, capture_output=True)
-            if os.path.exists(plan):
-                subprocess.run([val, d, p, plan], cwd=tmp, capture_output=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        plain_driver_run(domain, problem, time_limit_s=time_limit)
     return len(specs) / (time.perf_counter() - t0)
 
 

@@ -236,6 +236,17 @@ def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
                 if parent not in parents:
                     dom.types[t] = parents + (parent,)
                 dom.lines.setdefault(f"type:{t}", sec.line)
+            # A parent named only after a dash is a type too, under object, as the planner reads
+            # (:types block - thing): declared by that use, with a note (VAL is stricter).
+            for parent in dict.fromkeys(p for ps in list(dom.types.values()) for p in ps):
+                if parent != ROOT_TYPE and not parent.startswith("either:") and parent not in dom.types:
+                    dom.types[parent] = (ROOT_TYPE,)
+                    dom.lines.setdefault(f"type:{parent}", sec.line)
+                    dom.notes.append(
+                        f"type `{parent}` is a parent in :types but is not declared itself; the planner "
+                        f"reads it as a subtype of object, VAL fails any type check that passes through it: "
+                        f"declare it (`{parent} - object`)"
+                    )
         elif key == ":constants":
             for c, t in parse_typed_list(sec[1:], "domain :constants", allow_vars=False):
                 dom.constants[c] = t
