@@ -12,8 +12,8 @@ import importlib
 import logging
 import sys
 
-# Subcommand modules, in the order they appear in --help.
-SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "model", "infer")
+# Subcommands, in the order they appear in --help; "a-b" lives in the module omtr.cli.a_b.
+SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "model", "infer", "validate-episodes")
 
 EPILOG = """examples:
   omtr demo                                   # the environment on bundled specs, logged to MLflow
@@ -41,9 +41,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in (only,) if only in SUBCOMMANDS else SUBCOMMANDS:
         try:
-            module = importlib.import_module(f"omtr.cli.{name}")
+            module = importlib.import_module(f"omtr.cli.{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:  # a subcommand module not written yet
-            if exc.name == f"omtr.cli.{name}":
+            if exc.name == f"omtr.cli.{name.replace('-', '_')}":
                 continue
             raise
         module.register(sub)
