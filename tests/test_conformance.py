@@ -105,6 +105,21 @@ def test_unusual_but_legal_input_is_a_warning():
         assert plain_driver_solves(d, p)[0], name
 
 
+def test_an_undeclared_type_matters_only_where_its_predicate_is_used(pool):
+    spec = next(s for s in SUITE if s.name == "typing-inheritance-either")
+    unused = spec.domain.replace("(stocked ?p - (either depot market)))", "(stocked ?p - (either depot market))\n"
+                                 "               (near ?p - harbour))")
+    assert plain_driver_solves(unused, spec.problem)[0]
+    res = lint(unused, spec.problem)
+    assert res.error is None and any("`harbour`" in w for w in res.warnings), res.warnings
+    assert pool.solve(unused, spec.problem).success
+    used = unused.replace("(stocked ?p) (not (in ?c ?t))", "(stocked ?p) (near ?p) (not (in ?c ?t))")
+    assert not plain_driver_solves(used, spec.problem)[0]
+    res = lint(used, spec.problem)
+    assert res.error is not None and res.error.category == Category.OBJECT_TYPE
+    assert "`harbour`" in res.error.message
+
+
 def test_a_parent_type_named_only_in_types_is_a_type(pool):
     # (:types crate - thing): `thing` is never declared itself. Fast Downward reads it as a type
     # under object; VAL accepts it too as long as no type check has to pass through it (here every

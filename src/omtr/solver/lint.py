@@ -141,8 +141,13 @@ def _check_domain(dom: Domain, res: LintResult) -> None:
     for c, t in dom.constants.items():
         _check_type(dom, t, f"constant `{c}`", dom.lines.get(f"constant:{c}"))
     for p, params in dom.predicates.items():
+        # An undeclared type here is an error where the predicate is used (``_check_atom``); the
+        # planner and VAL accept it on a predicate nothing uses, so that is only a warning.
         for v, t in params:
-            _check_type(dom, t, f"parameter {v} of predicate `{p}`", dom.lines.get(f"predicate:{p}"))
+            try:
+                _check_type(dom, t, f"parameter {v} of predicate `{p}`", dom.lines.get(f"predicate:{p}"))
+            except SpecError as exc:
+                res.warnings.append(exc.message)
     if not {":typing", ":adl"} & set(dom.requirements) and (
         dom.types or any(t != ROOT_TYPE for _, t in _all_params(dom))
     ):
@@ -278,6 +283,7 @@ def _check_atom(dom: Domain, atom: SList, scope, objects, where: str, used: set[
             line,
         )
     for a, (v, t) in zip(args, params):
+        _check_type(dom, t, f"parameter {v} of predicate `{pred}`", dom.lines.get(f"predicate:{pred}"))
         at = _term_type(dom, a, scope, objects, where, line, goal)
         if t != ROOT_TYPE and not dom.is_subtype(at, t):
             raise SpecError(
