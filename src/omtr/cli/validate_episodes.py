@@ -7,7 +7,7 @@ import sys
 
 from omtr.cli import CliError, add_command
 
-EXAMPLES = """  omtr validate-episodes RUN/episodes/cycle-0003.parquet
+EXAMPLES = """  omtr validate-episodes RUN/episodes/cycle-0003/update-000012.parquet
   omtr validate-episodes log.parquet --json report.json     # the report as JSON too
   omtr validate-episodes log.parquet --json -               # the JSON report instead of the text one
   omtr validate-episodes log.parquet --max-step 9           # a run with a planner-call budget of 10

@@ -300,6 +300,7 @@ def read_episode_log(path):
 
 def _expectations(max_step: int) -> list:
     import great_expectations.expectations as gxe
+    from great_expectations.expectations.row_conditions import Column
 
     def meta(check: str, *involves: str) -> dict:
         return {"check": check, "involves": list(involves)}
@@ -330,10 +331,10 @@ def _expectations(max_step: int) -> list:
             column_list=list(KEY_COLUMNS), ignore_row_if="never",
             meta=meta("(episode, role, step) is unique within a (run, cycle)", *KEY_COLUMNS)),
         gxe.ExpectColumnValuesToBeNull(
-            column="category", row_condition="solver_success==True", condition_parser="pandas",
+            column="category", row_condition=Column("solver_success") == True,  # noqa: E712 (a GE condition)
             meta=meta("a successful step has no category", "category", "solver_success")),
         gxe.ExpectColumnValuesToNotBeNull(
-            column="category", row_condition="solver_success==False", condition_parser="pandas",
+            column="category", row_condition=Column("solver_success") == False,  # noqa: E712
             meta=meta("a failed step has a category", "category", "solver_success")),
         gxe.ExpectColumnPairValuesToBeEqual(
             column_A="step", column_B=HELPER_COLUMN, ignore_row_if="either_value_is_missing",
