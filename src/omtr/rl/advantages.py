@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from omtr.rl.losses import discounted_credit, gae, group_advantages
 
 
 @dataclass
@@ -41,6 +40,8 @@ def register_estimator(name: str):
 
 @register_estimator("gae")
 def gae_estimator(trajs: Sequence[Trajectory], gamma: float, lam: float, scale: bool):
+    from omtr.rl.losses import gae
+
     advs, rets = [], []
     for tr in trajs:
         if tr.values is None:
@@ -55,6 +56,8 @@ def gae_estimator(trajs: Sequence[Trajectory], gamma: float, lam: float, scale: 
 def group_estimator(trajs: Sequence[Trajectory], gamma: float, lam: float, scale: bool):
     """The episode return (sum of rewards) is compared with its group's; the advantage of step t
     is then credited with ``gamma^(T-t)`` like the return itself."""
+    from omtr.rl.losses import discounted_credit, group_advantages
+
     totals = [sum(tr.rewards) for tr in trajs]
     keys = [(tr.role, tr.group) for tr in trajs]
     ep_adv = group_advantages(totals, keys, scale=scale)

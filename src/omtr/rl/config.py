@@ -31,6 +31,7 @@ class TrainConfig:
     model: str = _f("small", "Model directory or profile (micro, small, paper) the run starts from.")
     device: str | None = _f(None, "torch device (cpu, cuda, ...); None: the model profile's choice.")
     seed: int = _f(0, "Seed of data order, sampling and every random choice of the trainer.")
+    torch_threads: int | None = _f(None, "torch CPU threads (None: torch's default; 1 suits tiny models on busy machines).")
 
     # ---------------------------------------------------------------- schedule / rollout
     cycles: int = _f(8, "Cycles of rollout -> update (paper: 8).")
@@ -240,7 +241,7 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     "micro": TrainConfig(profile="micro", model="micro", cycles=2, updates_per_cycle=2, episodes_per_batch=4,
                          max_repairs=1, max_new_tokens=24, micro_batch_size=4, grammar=False,
                          solver_time_limit_s=10.0, solver_memory_mb=1024, mlflow=False, lr=1e-3,
-                         save_model_every_cycle=False),
+                         save_model_every_cycle=False, torch_threads=1),
 }
 
 

@@ -1,0 +1,113 @@
+"""``omtr train``: multi-role RL from planner feedback (PPO for Actor and Editor, the Judge's loss)."""
+
+from __future__ import annotations
+
+import os
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr tasks generate --family blocksworld --n 40 --max-objects 3 --seed 0 --split train --out T.jsonl
+  omtr train --tasks T.jsonl --out runs/demo                      # the small CPU demo (SmolLM2), minutes
+  omtr train --tasks T.jsonl --out runs/demo --resume             # continue a stopped run
+  omtr train --model micro --profile micro --tasks T.jsonl --out runs/micro -q
+  omtr train --tasks T.jsonl --out runs/shaped --set reward=shaped --set cycles=4
+  omtr train --tasks T.jsonl --out runs/grpo --set advantage=group --set samples_per_task=4
+  omtr train --profile paper --tasks T.jsonl --out runs/paper --config configs/train/paper.yaml
+  deepspeed --num_gpus 8 -m omtr train --profile paper --tasks T.jsonl --out runs/paper \\
+      --set deepspeed=configs/deepspeed/zero3_bf16.json
+
+A run directory holds config.json, checkpoints/ (every cycle and every checkpoint_every_updates
+updates; `latest` names the newest), episodes/cycle-NNNN/update-NNNNNN.parquet (one row per role
+step, validated before the update uses it, with the suite's report beside it), metrics.jsonl,
+training_curve.png and model/ (a model directory for `omtr infer --model`). Every run logs to
+MLflow ($MLFLOW_TRACKING_URI, default ./mlruns.db). SIGTERM writes a checkpoint and exits with
+status 143; --resume continues from it. Profiles: small (the default, a CPU demo), paper, micro.
+
+Config keys (--set key=value, or a JSON/YAML --config file):
+"""
+
+
+def register(sub) -> None:
+    from omtr.rl.config import help_table  # stdlib + omtr.config only
+
+    p = add_command(
+        sub, "train",
+        help="train the role model from planner feedback (PPO for Actor/Editor, calibrated Judge)",
+        description=(
+            "Cycles of rollout (the episode loop at temperature 0.7) -> rewards from the planner's "
+            "verdicts -> advantages -> validated episode log -> PPO/Judge update, with checkpoints, "
+            "resume and MLflow tracking."
+        ),
+        examples=EXAMPLES + help_table(),
+    )
+    p.add_argument("--model", default=None, metavar="DIR|PROFILE",
+                   help="model directory or profile (micro, small, paper); default: the training profile's")
+    p.add_argument("--tasks", required=True, metavar="TRAIN.jsonl", help="training task records ({id, nl} per line)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (checkpoints, logs, model)")
+    p.add_argument("--profile", default="small", help="training profile: small (default), paper, micro")
+    p.add_argument("--config", default=None, metavar="FILE", help="JSON or YAML file of config keys")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one config key (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue RUN_DIR from its latest checkpoint")
+    p.add_argument("--max-updates", type=int, default=None, metavar="N",
+                   help="stop (with a checkpoint) after N more updates")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from omtr.config import ConfigError
+    from omtr.rl.config import TrainConfig, train_profile
+    from omtr.tasks.training import TaskFormatError, load_training_tasks
+
+    out = Path(args.out)
+    try:
+        if args.resume:
+            saved = out / "config.json"
+            if not saved.is_file():
+                raise CliError(f"{out}: nothing to resume (no config.json); start the run without --resume")
+            cfg = TrainConfig.from_dict(json.loads(saved.read_text()))
+            if args.overrides or args.config or args.model:
+                raise CliError("--resume continues the run with its saved config; drop --set/--config/--model")
+        else:
+            if (out / "checkpoints").exists():
+                raise CliError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+            cfg = train_profile(args.profile).with_overrides(args.overrides, args.config)
+            if args.model:
+                cfg = cfg.replace(model=args.model)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise CliError(f"--config: {exc}") from None
+    try:
+        tasks = load_training_tasks(args.tasks)
+    except TaskFormatError as exc:
+        raise CliError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
+    if not tasks:
+        raise CliError(f"--tasks {args.tasks}: no tasks")
+
+    from omtr.rl.trainer import EpisodeLogInvalid, Trainer
+
+    try:
+        trainer = Trainer(cfg, tasks, out, resume=args.resume, quiet=args.quiet)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(f"cannot start training: {exc}") from None
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        status = trainer.run(max_updates=args.max_updates)
+    except EpisodeLogInvalid as exc:
+        print(f"omtr train: the episode log failed validation; training stopped before the update:\n{exc}")
+        return 1
+    last = trainer.history[-1] if trainer.history else {}
+    print(f"{status}: update {trainer.update}/{cfg.total_updates}, episodes {trainer.episodes_done}, "
+          f"planner calls {trainer.planner_calls}")
+    if last:
+        print(f"last update: success {last.get('success_rate', 0):.2f}, R_A {last.get('reward_actor', float('nan')):.3f}, "
+              f"rollout {last.get('rollout_tokens_per_s', 0):.1f} tok/s, update {last.get('update_tokens_per_s', 0):.1f} tok/s")
+    print(f"run: {out}")
+    return 143 if status == "stopped" else 0

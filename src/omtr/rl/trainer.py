@@ -1,0 +1,775 @@
+"""The trainer: cycles of rollout -> rewards -> advantages -> validated log -> PPO/Judge update.
+
+One update, for a batch of ``episodes_per_batch`` episodes:
+
+1. **Rollout.** The episode loop (``omtr.inference.episode.run_episodes``) runs the batch's tasks
+   (each ``samples_per_task`` times) at the training temperature: Actor, planner, Judge, Editor.
+2. **Rewards.** An outcome score (``binary`` or ``shaped``, :mod:`omtr.rl.rewards`) of each
+   verdict; ``R_A = b0 + 0.3 s_J`` for the Actor's step; ``R_E = b_T - 0.1 T`` for the Editor's
+   steps. A verdict decided by a limit gets no reward (logged, skipped).
+3. **Reference pass.** The reference policy's log-probabilities of every sampled token (the KL
+   term), and the prompt's last hidden state, which the value head reads.
+4. **Advantages** by the estimator the config names (``gae`` or ``group``).
+5. **Episode log.** One parquet row per role step, validated by the episode-log suite; a log that
+   fails stops training with the suite's report (nothing already written is lost).
+6. **Update.** ``L = L_PPO^A + 0.5 L_PPO^E + 0.3 L_J`` (+ the value head's error), Adam.
+
+Checkpoints (model, optimizer, RNG states, counters, data position) are written at every cycle's
+end and every ``checkpoint_every_updates`` updates; SIGTERM writes one and stops. A resumed run
+takes the same next batch with the same parameters as one never stopped.
+
+Tasks reach the trainer as :class:`omtr.tasks.training.TrainingTask`: there is no reference field
+to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from omtr.config import ROLE_NAMES, ConfigError, EpisodeConfig, SolverConfig
+from omtr.inference import prompts as P
+from omtr.inference.episode import Episode, run_episodes
+from omtr.inference.policy import Sampling
+from omtr.rl import losses as L
+from omtr.rl.advantages import ADVANTAGE_ESTIMATORS, Trajectory
+from omtr.rl.config import TrainConfig
+from omtr.rl.engine import TrainModules, make_backend
+from omtr.rl.rewards import OUTCOME_SCORES, actor_reward, editor_reward, outcome
+from omtr.tasks.training import TrainingTask
+
+log = logging.getLogger("omtr.rl")
+
+GEN_ROLES = ("actor", "editor")
+STATE_FILE = "state.pt"
+LATEST = "latest"
+
+
+class EpisodeLogInvalid(RuntimeError):
+    """The episode-log suite rejected a log; the message is its report (it names the bad rows)."""
+
+
+# ---------------------------------------------------------------------------------------- policies
+
+class RoleRouter:
+    """A Policy over three separate models (the `separate_models` ablation): each role its own backbone."""
+
+    def __init__(self, models: dict):
+        self.models = models
+
+    def generate(self, role, prompts, sampling, *, stop_when=None):
+        return self.models[role].generate(role, prompts, sampling, stop_when=stop_when)
+
+    def judge(self, prompts):
+        return self.models["judge"].judge(prompts)
+
+
+def build_models(cfg: TrainConfig, model=None) -> dict:
+    """role -> RoleModel; one shared model under all three names unless ``separate_models``."""
+    from omtr.model import RoleModel, build_model
+    from omtr.model.roles import MODEL_FILE
+    from omtr.config import model_profile
+
+    def one():
+        if model is not None:
+            return model
+        if (Path(cfg.model) / MODEL_FILE).is_file():
+            return RoleModel.load(cfg.model, device=cfg.device)
+        from omtr.model.backbone import check_backbone_name
+
+        check_backbone_name(cfg.model)
+        return build_model(model_profile(cfg.model), device=cfg.device)
+
+    def adjust(m):
+        changes = {}
+        if cfg.frozen_backbone is not None:
+            changes["train_backbone"] = not cfg.frozen_backbone
+        if cfg.grammar is not None:
+            changes["grammar"] = cfg.grammar
+        if changes:
+            m.cfg = m.cfg.replace(**changes)
+            m._set_trainable()  # re-apply which parameters train under the new setting
+        if m.cfg.train_backbone and cfg.kl_coef > 0:
+            m.keep_reference()
+        return m
+
+    if cfg.separate_models:
+        if model is not None:
+            raise ConfigError("separate_models builds its own three models; do not pass one")
+        return {r: adjust(one()) for r in ROLE_NAMES}
+    m = adjust(one())
+    return {r: m for r in ROLE_NAMES}
+
+
+# ---------------------------------------------------------------------------------------- records
+
+@dataclass
+class StepItem:
+    """One generated step, with everything the update needs."""
+
+    ep: int  # episode number within the cycle
+    group: tuple  # (update, task position): the samples of one task
+    role: str
+    step: int
+    prompt: list
+    tokens: list[int]
+    old_logprobs: list[float]
+    outcome: str
+    limited: bool
+    judge_score: float | None
+    reward: float | None = None
+    advantage: float | None = None
+    ret: float | None = None
+    value: float | None = None
+    ref_logprobs: list[float] | None = None
+    feature: torch.Tensor | None = field(default=None, repr=False)
+
+
+@dataclass
+class JudgeItem:
+    prompt: list
+    label: bool
+
+
+# ---------------------------------------------------------------------------------------- trainer
+
+class Trainer:
+    """Runs a training run in ``out_dir``; ``resume=True`` continues its latest checkpoint."""
+
+    def __init__(self, cfg: TrainConfig, tasks: Sequence[TrainingTask], out_dir: str | os.PathLike, *,
+                 model=None, env=None, resume: bool = False, quiet: bool = False,
+                 outcome_score: Callable | None = None, run_name: str | None = None):
+        bad = [t for t in tasks if not isinstance(t, TrainingTask)]
+        if bad:
+            raise TypeError("the trainer takes TrainingTask records only (omtr.tasks.training.load_training_tasks); "
+                            f"got {type(bad[0]).__name__}")
+        if not tasks:
+            raise ConfigError("no training tasks")
+        self.cfg = cfg
+        self.tasks = list(tasks)
+        self.out = Path(out_dir)
+        self.quiet = quiet
+        self.env = env
+        self.run_name = run_name or self.out.name
+        self.score = outcome_score or OUTCOME_SCORES[cfg.reward]
+        self.estimator = ADVANTAGE_ESTIMATORS[cfg.advantage]
+        self._stop = threading.Event()
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self.models = build_models(cfg, model)
+        self.distinct = list({id(m): m for m in self.models.values()}.values())
+        hidden = self.models["actor"].base_model.config.hidden_size
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed + 7)
+            value_head = nn.Linear(hidden, len(GEN_ROLES)).to(self.models["actor"].device)
+        nn.init.zeros_(value_head.weight)
+        nn.init.zeros_(value_head.bias)
+        names = {"shared": self.distinct[0]} if len(self.distinct) == 1 else dict(self.models)
+        self.modules = TrainModules(names, value_head)
+        self.backend = make_backend(self.modules, cfg)
+        self.value_head = self.backend.mods.value_head
+        # counters and data position
+        self.update = 0  # updates done
+        self.episodes_done = 0
+        self.planner_calls = 0
+        self.history: list[dict] = []
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._tracker = None
+        if resume:
+            self._load_latest()
+        else:
+            self._write_config()
+
+    # ------------------------------------------------------------------ data position
+    @property
+    def cycle(self) -> int:
+        return self.update // self.cfg.updates_per_cycle
+
+    def batch_tasks(self, update: int | None = None) -> list[TrainingTask]:
+        """The tasks of update ``update`` (default: the next one): a seeded permutation per cycle,
+        walked in order and wrapped around when the cycle needs more tasks than there are."""
+        u = self.update if update is None else update
+        c, k = divmod(u, self.cfg.updates_per_cycle)
+        order = list(range(len(self.tasks)))
+        random.Random(self.cfg.seed * 1_000_003 + c).shuffle(order)
+        n = self.cfg.tasks_per_batch
+        return [self.tasks[order[(k * n + i) % len(order)]] for i in range(n)]
+
+    # ------------------------------------------------------------------ public entry
+    def request_stop(self) -> None:
+        """Stop at the next safe point after writing a checkpoint (what SIGTERM does)."""
+        self._stop.set()
+
+    def run(self, *, max_updates: int | None = None) -> str:
+        """Train until the last cycle ends (``finished``), ``max_updates`` more updates were made
+        (``paused``) or a stop was requested (``stopped``); a checkpoint is written in each case."""
+        from omtr.progress import Progress
+
+        total = self.cfg.total_updates
+        target = total if max_updates is None else min(total, self.update + max_updates)
+        bar = Progress(target - self.update, "updates", quiet=self.quiet, every_s=0.0, logger=log)
+        with self._signals(), self._environment() as env, self._tracking():
+            while self.update < target:
+                if self._stop.is_set():
+                    break
+                metrics = self.train_step(env)
+                if metrics is None:  # stopped during the rollout: that batch is taken again on resume
+                    break
+                bar.update()
+                end_of_cycle = self.update % self.cfg.updates_per_cycle == 0
+                every = self.cfg.checkpoint_every_updates
+                if end_of_cycle:
+                    self._end_cycle()
+                if end_of_cycle or (every and self.update % every == 0):
+                    self.save_checkpoint()
+            status = "finished" if self.update >= total else ("stopped" if self._stop.is_set() else "paused")
+            if not (self._latest_dir() and self._latest_dir().name == _ckpt_name(self.update)):
+                self.save_checkpoint()
+            if status == "finished":
+                self._finish()
+        bar.close()
+        return status
+
+    # ------------------------------------------------------------------ one update
+    def train_step(self, env) -> dict | None:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        tasks = [t for t in self.batch_tasks() for _ in range(cfg.samples_per_task)]
+        sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
+                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed * 7919 + self.update)
+        policy = self.models["actor"] if len(self.distinct) == 1 else RoleRouter(self.models)
+        for m in self.distinct:
+            m.eval()
+        episodes = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
+                                budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
+                                judge=cfg.use_judge)
+        rollout_s = time.perf_counter() - t0
+        if self._stop.is_set():
+            return None
+        first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch
+        items, judge_items = self._items(episodes, first)
+        t1 = time.perf_counter()
+        self._reference_pass(items)
+        ref_s = time.perf_counter() - t1
+        self._advantages(items)
+        log_path, validation = self._episode_log(episodes, items, first)
+        t2 = time.perf_counter()
+        stats = self._update(items, judge_items)
+        update_s = time.perf_counter() - t2
+        self.update += 1
+        self.episodes_done += len(episodes)
+        calls = sum(e.planner_calls for e in episodes)
+        self.planner_calls += calls
+        metrics = self._metrics(episodes, items, judge_items, stats, rollout_s, ref_s, update_s, calls)
+        metrics["validation_s"] = validation.get("seconds", 0.0)
+        self.history.append({"update": self.update, "cycle": (self.update - 1) // cfg.updates_per_cycle, **metrics})
+        self._log_metrics(metrics, log_path, validation)
+        return metrics
+
+    # ------------------------------------------------------------------ rewards
+    def _items(self, episodes: list[Episode], first: int) -> tuple[list[StepItem], list[JudgeItem]]:
+        cfg = self.cfg
+        steps = [(n, s) for n, ep in enumerate(episodes) for s in ep.steps]
+        scores = self.score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
+                            token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
+                            task_ids=[episodes[n].task.id for n, _ in steps])
+        score_of = {(n, s.index): sc for (n, s), sc in zip(steps, scores)}
+        items: list[StepItem] = []
+        judge_items: list[JudgeItem] = []
+        for n, ep in enumerate(episodes):
+            group = (self.update, n // cfg.samples_per_task)
+            prev = None
+            T = len(ep.steps) - 1
+            r_e = editor_reward(score_of[(n, T)], T, cfg.editor_step_penalty) if T > 0 else None
+            for s in ep.steps:
+                if s.role == "actor":
+                    prompt = P.actor_messages(ep.task)
+                    reward = actor_reward(score_of[(n, 0)], s.judge_score if cfg.use_judge else None,
+                                          cfg.judge_reward_weight)
+                    if cfg.use_judge and not s.verdict.limited:
+                        judge_items.append(JudgeItem(
+                            P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text)), s.verdict.success))
+                else:
+                    spec = P.spec_text(prev.domain, prev.problem, prev.text)
+                    cat = prev.verdict.category.value if prev.verdict.category else None
+                    prompt = P.editor_messages(ep.task, spec, cat, prev.verdict.message)
+                    reward = None if r_e is None else (r_e if s.index == T else 0.0)
+                items.append(StepItem(ep=first + n, group=group, role=s.role, step=s.index, prompt=prompt,
+                                      tokens=list(s.token_ids), old_logprobs=list(s.logprobs),
+                                      outcome=outcome(s.verdict), limited=s.verdict.limited,
+                                      judge_score=s.judge_score, reward=reward))
+                prev = s
+        return items, judge_items
+
+    # ------------------------------------------------------------------ reference pass / values
+    @torch.no_grad()
+    def _reference_pass(self, items: list[StepItem]) -> None:
+        need_values = self.cfg.advantage == "gae"
+        if self.cfg.kl_coef <= 0 and not need_values:
+            return
+        for role in GEN_ROLES:
+            todo = [it for it in items if it.role == role and it.reward is not None and it.tokens]
+            model = self.models[role]
+            for chunk in _chunks(todo, self.cfg.micro_batch_size):
+                with _capture_hidden(model) as cap, model.reference():
+                    ref, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                                     temperature=self.cfg.temperature)
+                hidden = cap["hidden"]
+                for b, it in enumerate(chunk):
+                    n = len(it.tokens)
+                    it.ref_logprobs = ref[b, :n].tolist()
+                    it.feature = hidden[b, -(n + 1)].float().detach().clone()
+                    if need_values:
+                        it.value = float(self.value_head(it.feature.to(self.value_head.weight.dtype))[GEN_ROLES.index(role)])
+
+    def _advantages(self, items: list[StepItem]) -> None:
+        cfg = self.cfg
+        trajs, members = [], []
+        by_ep: dict[tuple, list[StepItem]] = {}
+        for it in items:
+            if it.reward is not None and it.tokens:
+                by_ep.setdefault((it.ep, it.role), []).append(it)
+        for (_, role), its in by_ep.items():
+            its.sort(key=lambda i: i.step)
+            values = [i.value if i.value is not None else 0.0 for i in its] if cfg.advantage == "gae" else None
+            trajs.append(Trajectory(its[0].group, role, [i.reward for i in its], values))
+            members.append(its)
+        if not trajs:
+            return
+        advs, rets = self.estimator(trajs, cfg.editor_gamma, cfg.gae_lambda, cfg.group_scale)
+        for its, a, r in zip(members, advs, rets):
+            for i, ai, ri in zip(its, a, r):
+                i.advantage, i.ret = ai, ri
+        if cfg.whiten_advantages:
+            for role in GEN_ROLES:
+                its = [i for i in items if i.role == role and i.advantage is not None]
+                for i, w in zip(its, L.whiten([i.advantage for i in its])):
+                    i.advantage = w
+
+    # ------------------------------------------------------------------ episode log
+    def _episode_log(self, episodes, items, first) -> tuple[Path | None, dict]:
+        from omtr.validation.episodes import rows_from_traces, validate_episode_log, write_episode_log
+
+        cycle = self.cycle
+        rows = rows_from_traces(episodes, self.run_name, cycle, first_episode=first)
+        by_key = {(it.ep, it.role, it.step): it for it in items}
+        for r in rows:
+            if r["role"] == "judge":
+                if r["judge_score"] is not None and not r["timed_out"]:
+                    r["reward"] = L.thresholded_judge_reward(r["judge_score"], r["solver_success"], self.cfg.judge_threshold)
+                continue
+            it = by_key.get((r["episode"], r["role"], r["step"]))
+            if it is not None:
+                r["reward"], r["advantage"] = it.reward, it.advantage
+        folder = self.out / "episodes" / f"cycle-{cycle:04d}"
+        path = folder / f"update-{self.update:06d}.parquet"
+        write_episode_log(rows, path)
+        if not self.cfg.validate_logs:
+            return path, {}
+        report = validate_episode_log(path, max_step=max(self.cfg.budget - 1, 1))
+        text = report.describe()
+        (folder / f"update-{self.update:06d}.validation.txt").write_text(text + "\n")
+        if not report.success:
+            raise EpisodeLogInvalid(text)
+        return path, {"seconds": report.seconds, "text": text, "rows": report.rows}
+
+    # ------------------------------------------------------------------ the update
+    def _update(self, items: list[StepItem], judge_items: list[JudgeItem]) -> dict:
+        cfg = self.cfg
+        for m in self.distinct:
+            m.train()
+        train = [it for it in items if it.advantage is not None and it.tokens]
+        stats: dict[str, list[float]] = {}
+
+        def add(key, value, n=1):
+            stats.setdefault(key, []).extend([float(value)] * n)
+
+        eps = sorted({it.ep for it in train} | set(range(len(judge_items))))
+        parts = max(1, min(cfg.minibatches, len(eps) or 1))
+        tokens_done = 0
+        judge_scores: list[float] = []
+        for _epoch in range(cfg.ppo_epochs):
+            for part in range(parts):
+                part_items = [it for it in train if (it.ep % parts) == part]
+                part_judge = [j for k, j in enumerate(judge_items) if k % parts == part] if cfg.use_judge else []
+                jobs = []
+                for role, weight in (("actor", cfg.actor_weight), ("editor", cfg.editor_weight)):
+                    its = [it for it in part_items if it.role == role]
+                    jobs += [("ppo", role, weight * len(c) / len(its), c) for c in _chunks(its, cfg.micro_batch_size)]
+                jobs += [("judge", "judge", cfg.judge_weight * len(c) / len(part_judge), c)
+                         for c in _chunks(part_judge, cfg.micro_batch_size)]
+                if cfg.advantage == "gae":
+                    vals = [it for it in part_items if it.feature is not None and it.ret is not None]
+                    if vals:
+                        jobs.append(("value", "value", cfg.value_weight, vals))
+                if not jobs:
+                    continue
+                self.backend.zero_grad()
+                for j, (kind, role, weight, chunk) in enumerate(jobs):
+                    last = j == len(jobs) - 1
+                    if kind == "ppo":
+                        loss, st = self._ppo_loss(role, chunk)
+                        tokens_done += st.pop("tokens")
+                        for k, v in st.items():
+                            add(k, v, len(chunk))
+                    elif kind == "judge":
+                        s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
+                        labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
+                        loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
+                        judge_scores += s.detach().float().tolist()
+                        add("judge_loss", loss.item(), len(chunk))
+                        add("judge_bce", bce.item(), len(chunk))
+                        add("judge_band", band.item(), len(chunk))
+                    else:
+                        feats = torch.stack([it.feature for it in chunk]).to(self.value_head.weight.dtype)
+                        idx = torch.tensor([GEN_ROLES.index(it.role) for it in chunk], device=feats.device)
+                        v = self.value_head(feats).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+                        target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
+                        loss = ((v - target) ** 2).mean()
+                        add("value_loss", loss.item())
+                    self.backend.backward(loss * weight, last=last)
+                add("grad_norm", self.backend.step())
+        out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+        out["update_tokens"] = tokens_done
+        return out
+
+    def _ppo_loss(self, role: str, chunk: list[StepItem]) -> tuple[torch.Tensor, dict]:
+        cfg = self.cfg
+        model = self.models[role]
+        logp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                          temperature=cfg.temperature)
+        old = _pad([it.old_logprobs for it in chunk], logp.shape[1], logp)
+        adv = torch.tensor([it.advantage for it in chunk], dtype=logp.dtype, device=logp.device)
+        pg, clip_frac = L.ppo_clip_loss(logp, old, adv, mask, cfg.ppo_clip)
+        loss = pg
+        st = {f"{role}_pg_loss": pg.item(), f"{role}_clip_frac": clip_frac.item(),
+              f"{role}_entropy": -L.seq_mean(logp.detach(), mask).item()}
+        if all(it.ref_logprobs is not None for it in chunk):
+            ref = _pad([it.ref_logprobs for it in chunk], logp.shape[1], logp)
+            kl = L.seq_mean(L.kl_k3(logp, ref), mask)
+            st[f"{role}_kl"] = kl.item()
+            if cfg.kl_coef > 0:
+                loss = loss + cfg.kl_coef * kl
+        prompt_tokens = sum(len(p) for p in model.encode_prompts([it.prompt for it in chunk]))
+        st["tokens"] = prompt_tokens + int(mask.sum())
+        return loss, st
+
+    # ------------------------------------------------------------------ the Judge on labelled data
+    def judge_step(self, prompts: list, labels: list[bool]) -> float:
+        """One optimizer step of L_J alone on fixed labelled data; returns the loss before the step."""
+        self.backend.zero_grad()
+        m = self.models["judge"]
+        m.train()
+        s = m.judge_scores(prompts)
+        loss, _, _ = L.judge_loss(s, torch.tensor([float(b) for b in labels]), self.cfg.band_weight)
+        self.backend.backward(loss, last=True)
+        self.backend.step()
+        return float(loss)
+
+    # ------------------------------------------------------------------ metrics
+    def _metrics(self, episodes, items, judge_items, stats, rollout_s, ref_s, update_s, calls) -> dict:
+        n = len(episodes)
+        m: dict[str, float] = {}
+        ra = [it.reward for it in items if it.role == "actor" and it.reward is not None]
+        last_editor: dict[int, StepItem] = {}
+        for it in items:
+            if it.role == "editor" and (it.ep not in last_editor or it.step > last_editor[it.ep].step):
+                last_editor[it.ep] = it
+        re_ = [it.reward for it in last_editor.values() if it.reward is not None]
+        m["reward_actor"] = _mean(ra)
+        m["reward_editor"] = _mean(re_)
+        m["success_rate"] = sum(e.success for e in episodes) / n
+        m["actor_success_rate"] = sum(e.actor_success for e in episodes) / n
+        m["limited_steps"] = float(sum(it.limited for it in items))
+        finals = [outcome(e.final.verdict) for e in episodes if e.final is not None]
+        for cat in ("success", "syntax", "object_type", "predicate_schema", "precondition_effect",
+                    "goal_constraint", "unreachable_search"):
+            m[f"share_final_{cat}"] = finals.count(cat) / max(1, len(finals))
+            first = [it.outcome for it in items if it.role == "actor"]
+            m[f"share_actor_{cat}"] = first.count(cat) / max(1, len(first))
+        m["mean_ladder_actor"] = _mean([_ladder(it.outcome) for it in items if it.role == "actor"])
+        scored = [(e.judge_score, e.actor_success) for e in episodes
+                  if e.judge_score is not None and not e.steps[0].verdict.limited]
+        if scored:
+            ps, ys = [p for p, _ in scored], [y for _, y in scored]
+            m["judge_ece"] = L.expected_calibration_error(ps, ys)
+            m["judge_brier"] = L.brier_score(ps, ys)
+            auc = L.binary_auc(ps, ys)
+            if auc is not None:
+                m["judge_auc"] = auc
+            m["reward_judge"] = _mean([L.thresholded_judge_reward(p, y, self.cfg.judge_threshold) for p, y in scored])
+            m["judge_mean_score"] = _mean(ps)
+        for k, v in stats.items():
+            if k != "update_tokens":
+                m[k] = v
+        gen_tokens = sum(len(s.token_ids) for e in episodes for s in e.steps)
+        m["gen_tokens"] = float(gen_tokens)
+        m["rollout_tokens_per_s"] = gen_tokens / rollout_s if rollout_s > 0 else 0.0
+        m["update_tokens_per_s"] = stats.get("update_tokens", 0) / update_s if update_s > 0 else 0.0
+        m["len_actor"] = _mean([len(it.tokens) for it in items if it.role == "actor"])
+        m["len_editor"] = _mean([len(it.tokens) for it in items if it.role == "editor"])
+        m["prompt_tokens_actor"] = _mean([s.prompt_tokens for e in episodes for s in e.steps if s.role == "actor"])
+        m["rollout_s"], m["reference_s"], m["update_s"] = rollout_s, ref_s, update_s
+        m["planner_calls"] = float(calls)
+        m["calls_per_episode"] = calls / n
+        m["episodes_total"] = float(self.episodes_done)
+        m["planner_calls_total"] = float(self.planner_calls)
+        return {k: float(v) for k, v in m.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _ckpt_root(self) -> Path:
+        return self.out / "checkpoints"
+
+    def _latest_dir(self) -> Path | None:
+        p = self._ckpt_root() / LATEST
+        if not p.is_file():
+            return None
+        d = self._ckpt_root() / p.read_text().strip()
+        return d if d.is_dir() else None
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().cpu().clone() for n, p in self.backend.mods.trainable_named()}
+
+    def save_checkpoint(self) -> Path:
+        root = self._ckpt_root()
+        root.mkdir(parents=True, exist_ok=True)
+        name = _ckpt_name(self.update)
+        tmp = root / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        client = {
+            "counters": {"update": self.update, "episodes": self.episodes_done, "planner_calls": self.planner_calls},
+            "data_position": {"cycle": self.cycle, "update_in_cycle": self.update % self.cfg.updates_per_cycle,
+                              "next_tasks": [t.id for t in self.batch_tasks()] if self.update < self.cfg.total_updates else []},
+            "rng": {"python": random.getstate(), "torch": torch.get_rng_state()},
+            "history": self.history,
+            "config": self.cfg.to_dict(),
+        }
+        if self.backend.name == "deepspeed":
+            self.backend.save(tmp, client)
+        else:
+            torch.save({"params": self.trainable_state(), "backend": self.backend.state_dict(), **client},
+                       tmp / STATE_FILE)
+        (tmp / "trainer.json").write_text(json.dumps({k: client[k] for k in ("counters", "data_position")}, indent=2) + "\n")
+        final = root / name
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        _atomic_write(root / LATEST, name)
+        kept = sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith("update-"))
+        for d in kept[:-self.cfg.keep_checkpoints]:
+            shutil.rmtree(d, ignore_errors=True)
+        log.info("checkpoint %s (update %d, cycle %d)", final, self.update, self.cycle)
+        return final
+
+    def _load_latest(self) -> None:
+        d = self._latest_dir()
+        if d is None:
+            raise FileNotFoundError(f"{self.out}: no checkpoint to resume (checkpoints/{LATEST} is missing); "
+                                    "start the run without --resume")
+        if self.backend.name == "deepspeed":
+            state = self.backend.load(d)
+        else:
+            state = torch.load(d / STATE_FILE, map_location="cpu", weights_only=False)
+            params = dict(self.backend.mods.trainable_named())
+            missing = set(params) ^ set(state["params"])
+            if missing:
+                raise ValueError(f"checkpoint {d} does not match this model: {sorted(missing)[:3]} ...")
+            with torch.no_grad():
+                for n, p in params.items():
+                    p.copy_(state["params"][n].to(p.device, p.dtype))
+            self.backend.load_state_dict(state["backend"])
+        c = state["counters"]
+        self.update, self.episodes_done, self.planner_calls = c["update"], c["episodes"], c["planner_calls"]
+        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.history = list(state.get("history", []))
+        log.info("resumed from %s: update %d of %d", d, self.update, self.cfg.total_updates)
+
+    def _write_config(self) -> None:
+        _atomic_write(self.out / "config.json", json.dumps(self.cfg.to_dict(), indent=2) + "\n")
+
+    # ------------------------------------------------------------------ cycle end / finish
+    def _end_cycle(self) -> None:
+        c = self.cycle - 1
+        rows = [h for h in self.history if h.get("cycle") == c]
+        if rows:
+            keys = sorted({k for r in rows for k in r if k not in ("update", "cycle")})
+            summary = {f"cycle_{k}": _mean([r[k] for r in rows if k in r]) for k in keys}
+            self._tracker_log(summary, step=c)
+        if self.cfg.save_model_every_cycle:
+            self.save_model()
+        self._curve()
+
+    def save_model(self) -> Path:
+        if len(self.distinct) == 1:
+            return self.distinct[0].save(self.out / "model")
+        for r in ROLE_NAMES:
+            self.models[r].save(self.out / f"model-{r}")
+        return self.out
+
+    def _finish(self) -> None:
+        if not (self.out / "model").exists() and self.cfg.save_model_every_cycle:
+            self.save_model()
+        (self.out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in self.history))
+        self._curve()
+        if self._tracker is not None:
+            self._tracker.artifact(self.out / "metrics.jsonl")
+
+    def _curve(self) -> None:
+        if not self.history:
+            return
+        from omtr.rl.curves import training_curve
+
+        png = training_curve(self.history, self.out / "training_curve.png")
+        if self._tracker is not None:
+            self._tracker.artifact(png)
+
+    # ------------------------------------------------------------------ tracking
+    @contextlib.contextmanager
+    def _tracking(self):
+        if not self.cfg.mlflow:
+            yield
+            return
+        from omtr.rl.tracking import Tracker
+
+        self._tracker = Tracker(self.out, self.cfg, self.run_name)
+        try:
+            yield
+        finally:
+            self._tracker.close()
+            self._tracker = None
+
+    def _tracker_log(self, metrics: dict, step: int) -> None:
+        if self._tracker is not None:
+            self._tracker.metrics(metrics, step)
+
+    def _log_metrics(self, metrics: dict, log_path: Path | None, validation: dict) -> None:
+        log.info("update %d/%d: success %.2f, R_A %.3f, judge loss %s, %s gen tok/s, %s update tok/s",
+                 self.update, self.cfg.total_updates, metrics.get("success_rate", 0.0),
+                 metrics.get("reward_actor", float("nan")), f"{metrics['judge_loss']:.3f}" if "judge_loss" in metrics else "-",
+                 f"{metrics['rollout_tokens_per_s']:.1f}", f"{metrics['update_tokens_per_s']:.1f}")
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"update": self.update, **metrics}) + "\n")
+        if self._tracker is not None:
+            self._tracker.metrics(metrics, self.update)
+            if log_path is not None:
+                self._tracker.artifact(log_path, f"episodes/{log_path.parent.name}")
+                v = log_path.with_suffix(".validation.txt")
+                if v.exists():
+                    self._tracker.artifact(v, f"episodes/{log_path.parent.name}")
+        if self._telemetry is not None:
+            cats = {k[len("share_final_"):]: int(round(v * 1000)) for k, v in metrics.items() if k.startswith("share_final_")}
+            self._telemetry.record(step=self.update, rewards={r: metrics[f"reward_{r}"] for r in ROLE_NAMES
+                                                               if f"reward_{r}" in metrics},
+                                   success_rate=metrics.get("success_rate"), categories=cats,
+                                   judge_auc=metrics.get("judge_auc"), judge_ece=metrics.get("judge_ece"),
+                                   kl={r: metrics[f"{r}_kl"] for r in GEN_ROLES if f"{r}_kl" in metrics},
+                                   tokens_per_s=metrics.get("rollout_tokens_per_s"),
+                                   episodes=self.cfg.episodes_per_batch, planner_calls=int(metrics["planner_calls"]))
+
+    _telemetry = None
+
+    # ------------------------------------------------------------------ environment and signals
+    @contextlib.contextmanager
+    def _environment(self):
+        if self.cfg.metrics_port is not None and self._telemetry is None:
+            from omtr.telemetry import TrainingTelemetry
+
+            self._telemetry = TrainingTelemetry(run_id=self.run_name)
+            self._telemetry.serve(self.cfg.metrics_port)
+        if self.env is not None:
+            yield self.env
+            return
+        from omtr.solver import SolverPool
+
+        scfg = SolverConfig(time_limit_s=self.cfg.solver_time_limit_s, memory_limit_mb=self.cfg.solver_memory_mb)
+        with SolverPool(self.cfg.solver_workers, scfg) as pool:
+            yield pool
+
+    @contextlib.contextmanager
+    def _signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_term(signum, frame):
+            log.warning("SIGTERM: stopping after a checkpoint")
+            self._stop.set()
+
+        old = signal.signal(signal.SIGTERM, on_term)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+@contextlib.contextmanager
+def _capture_hidden(model):
+    """Capture the decoder's last hidden states of the next forward pass (policy or reference)."""
+    cap: dict = {}
+    hooks = []
+    for lm in (model.base_model, getattr(model, "_reference_lm", None)):
+        if lm is None:
+            continue
+        decoder = getattr(lm, lm.base_model_prefix)
+
+        def hook(mod, args, out):
+            cap["hidden"] = out[0] if isinstance(out, tuple) else out.last_hidden_state
+
+        hooks.append(decoder.register_forward_hook(hook))
+    try:
+        yield cap
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros((len(rows), length), dtype=like.dtype, device=like.device)
+    for b, r in enumerate(rows):
+        if r:
+            out[b, :len(r)] = torch.tensor(r[:length], dtype=like.dtype)
+    return out
+
+
+def _chunks(xs: list, n: int):
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ladder(o: str) -> float:
+    from omtr.rl.rewards import LADDER
+
+    return LADDER.get(o, 0.0)
+
+
+def _ckpt_name(update: int) -> str:
+    return f"update-{update:06d}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
