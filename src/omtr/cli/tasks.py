@@ -113,10 +113,11 @@ def _register_import(sub) -> None:
             "Read a PlanBench data folder (configs/, instances/, optional prompts/ and plan_generation/) "
             "and write one task per instance for Blocksworld, Mystery Blocksworld, Logistics and Depots "
             "(and the 3-block variants). PlanBench comes from github.com/karthikv792/LLMs-Planning "
-            "(folder plan-bench/). Without DIR, $OMTR_BENCHMARKS/planbench or a shared/benchmarks "
-            "folder beside the checkout is used."
+            "(folder plan-bench/). Without DIR, the copy that ships inside omtr is used (read in place; "
+            "src/omtr/data/planbench/UPSTREAM names the upstream commit)."
         ),
-        examples="""  omtr tasks import-planbench ../shared/benchmarks/planbench --out planbench.jsonl
+        examples="""  omtr tasks import-planbench --out planbench.jsonl                  # the shipped copy, 1,991 tasks
+  omtr tasks import-planbench ../shared/benchmarks/planbench --out planbench.jsonl
   omtr tasks import-planbench ~/LLMs-Planning/plan-bench --family logistics --family depots --out pb.jsonl
   OMTR_BENCHMARKS=/data/benchmarks omtr tasks import-planbench --family blocksworld_3 --out bw3.jsonl
 """,
@@ -136,16 +137,10 @@ def _import_planbench(args) -> int:
     from omtr.tasks.records import write_tasks
 
     root = args.dir
-    if root is None:
-        from omtr.paths import benchmarks_dir
+    if root is None:  # the copy shipped as package data
+        from omtr.tasks.planbench_data import shipped_root
 
-        found = benchmarks_dir()
-        if found is None:
-            raise CliError(
-                "no PlanBench folder given and none found; pass DIR (a checkout of "
-                "github.com/karthikv792/LLMs-Planning, folder plan-bench/) or set OMTR_BENCHMARKS"
-            )
-        root = found / "planbench"
+        root = shipped_root()
     try:
         tasks = import_planbench(root, args.family or None, split=None if args.split == "none" else args.split)
     except PlanBenchError as exc:

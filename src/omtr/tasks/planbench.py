@@ -42,9 +42,10 @@ class PlanBenchError(ValueError):
     """A PlanBench folder that cannot be imported; the message says what is missing."""
 
 
-def find_root(path: str | Path) -> Path:
-    """The PlanBench data folder at ``path`` (or at ``path/planbench``)."""
-    p = Path(path)
+def find_root(path) -> Path:
+    """The PlanBench data folder at ``path`` (or at ``path/planbench``). ``path`` may also be the
+    shipped copy (:func:`omtr.tasks.planbench_data.shipped_root`), read in place from its archive."""
+    p = path if hasattr(path, "is_dir") and not isinstance(path, str) else Path(path)
     for cand in (p, p / "planbench", p / "plan-bench"):
         if (cand / "configs").is_dir() and (cand / "instances").is_dir():
             return cand
@@ -71,8 +72,7 @@ def select_configs(names: list[str] | None) -> list[str]:
 def _load_yaml(path: Path) -> dict:
     import yaml
 
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def _object_name(obj: str, encoded: dict[str, str]) -> str:
@@ -105,8 +105,7 @@ def _prompt_domain_text(root: Path, name: str) -> str | None:
     path = root / "prompts" / name / "task_1_plan_generation.json"
     if not path.exists():
         return None
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+    data = json.loads(path.read_text(encoding="utf-8"))
     texts = {inst["query"].split(STATEMENT_SEP, 1)[0] for inst in data.get("instances", []) if STATEMENT_SEP in inst.get("query", "")}
     if len(texts) != 1:
         log.warning("prompts/%s: %d different domain texts; using the config's domain_intro", name, len(texts))
@@ -121,19 +120,17 @@ def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
     path = root / "plan_generation" / f"{name}.jsonl"
     out: dict[int, list[str]] = {}
     if path.exists():
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    row = json.loads(line)
-                    out[int(row["instance_id"])] = list(row["gold_plan"])
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[int(row["instance_id"])] = list(row["gold_plan"])
         return out
     prompts = root / "prompts" / name / "task_1_plan_generation.json"
     if prompts.exists():
-        with open(prompts, encoding="utf-8") as fh:
-            for inst in json.load(fh).get("instances", []):
-                plan = [str(step) for step in read_plan(str(inst.get("ground_truth_plan", "")))]
-                if plan:
-                    out[int(inst["instance_id"])] = plan
+        for inst in json.loads(prompts.read_text(encoding="utf-8")).get("instances", []):
+            plan = [str(step) for step in read_plan(str(inst.get("ground_truth_plan", "")))]
+            if plan:
+                out[int(inst["instance_id"])] = plan
     return out
 
 
