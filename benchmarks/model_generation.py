@@ -4,8 +4,9 @@
     python benchmarks/model_generation.py --model micro --batch 4 --max-new-tokens 128
 
 Prints one JSON object: load time, prompt length, and per mode (grammar off / on) the wall time,
-new tokens, tokens/s, prefill and grammar milliseconds, finish reasons, and how many outputs
-pass lint without a syntax error.
+new tokens, tokens/s, prefill and grammar milliseconds, finish reasons (a sequence stops once its
+domain and problem blocks are closed), and lint's category for each output (``lint_ok`` when
+lint finds nothing; the planner is not run).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from omtr.inference.extract import extract_spec, spec_complete
     from omtr.inference.policy import Sampling
     from omtr.inference.prompts import actor_messages
     from omtr.model import load_model
@@ -58,18 +60,21 @@ def main() -> None:
     for grammar in [m.strip() == "grammar" for m in args.modes.split(",")]:
         sampling = Sampling(greedy=False, temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
         t = time.perf_counter()
-        gens = model.generate("actor", prompts, sampling, grammar=grammar)
+        gens = model.generate("actor", prompts, sampling, grammar=grammar, stop_when=spec_complete)
         wall = time.perf_counter() - t
         new = sum(len(g.token_ids) for g in gens)
-        syntax_ok = 0
+        categories: dict[str, int] = {}
         for g in gens:
-            i = g.text.find("(define (problem")
-            r = lint(g.text[:i] if i > 0 else g.text, g.text[i:] if i > 0 else "")
-            syntax_ok += r.error is None or r.error.category.value != "syntax"
+            ex = extract_spec(g.text)
+            cat = "syntax"  # nothing to extract is a syntax verdict
+            if ex.ok:
+                err = lint(ex.domain, ex.problem).error
+                cat = err.category.value if err else "lint_ok"
+            categories[cat] = categories.get(cat, 0) + 1
         result["grammar" if grammar else "free"] = {
             "wall_s": round(wall, 2), "new_tokens": new, "tokens_per_s": round(new / wall, 1),
             "prefill_ms": round(gens[0].timings["prefill_ms"]), "grammar_ms": round(gens[0].timings["grammar_ms"]),
-            "finish": [g.finish_reason for g in gens], "no_syntax_error": syntax_ok,
+            "finish": [g.finish_reason for g in gens], "lint": categories,
         }
     print(json.dumps(result, indent=2))
 

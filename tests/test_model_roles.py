@@ -1,6 +1,8 @@
 """The role model on the micro backbone: shapes, role switching, the Judge, log-probs, memory,
 save/load and the reference policy."""
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -109,12 +111,17 @@ def test_token_logprobs_equal_the_generation_logprobs_with_and_without_grammar(m
     for b, g in enumerate(gens):
         assert mask[b].sum() == len(g.token_ids)
         assert torch.allclose(lp[b, :len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
-    micro.set_grammar_limits(GrammarLimits(name_len=4, ws=2))
-    gens = micro.generate("actor", PROMPTS, sampled, grammar=True)
+    micro.set_grammar_limits(GrammarLimits(name_len=4, ws=2, types=2, predicates=2, predicate_args=2, actions=1,
+                                           parameters=2, literals=2, objects=3, init=3, goal=2, atom_args=2))
+    whole = Sampling(greedy=False, temperature=0.7, top_p=0.9, max_new_tokens=500, seed=3)
+    gens = micro.generate("actor", PROMPTS, whole, grammar=True)
+    assert all(g.finish_reason == "stop" for g in gens), "complete specs, forced domain names included"
     lp, _ = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=True)
     free, _ = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=False)
     for b, g in enumerate(gens):
         assert torch.allclose(lp[b, :len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4)
+        dom = re.search(r"\(define \(domain ([^)]+)\)", g.text).group(1)
+        assert re.search(r"\(:domain ([^)]+)\)", g.text).group(1) == dom, "forced to the domain's name"
     assert (lp >= free - 1e-5).all() and (lp > free + 1e-3).any(), "the constrained distribution renormalises"
 
 
@@ -235,3 +242,26 @@ def test_reference_policy_is_the_initial_policy():
     with tb.reference():
         ref_tb, _ = tb.token_logprobs("actor", PROMPTS, comp, grammar=False)
     assert torch.allclose(ref_tb, ref0, atol=1e-5)
+
+
+def test_paper_profile_shares_on_a_shape_only_qwen7b():
+    """Qwen2.5-7B's shape on the meta device: the paper profile's accounting without any weights."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from omtr.model.backbone import Backbone, build_micro_tokenizer
+    from omtr.model.roles import RoleModel
+
+    shape = Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)
+    with torch.device("meta"):
+        qwen = Qwen2ForCausalLM(shape).to(torch.bfloat16)
+    cfg = model_profile("paper")
+    assert cfg.dtype == "bfloat16" and cfg.train_backbone and not cfg.grammar
+    tok = build_micro_tokenizer(1024)
+    with torch.device("meta"):  # adapters too: no memory, no initialisation work
+        m = RoleModel(cfg, Backbone(qwen, tok, {"kind": "hf", "id": "shape-only"}))
+    rep = m.parameter_report()
+    assert 7.5e9 < rep["parameters"]["backbone"] < 7.7e9
+    assert all(0.014 < s < 0.0167 for s in rep["role_share"].values()), rep["role_share"]
+    assert rep["shared_share"] > 0.95
+    assert rep["memory_ratio"] <= 1.10, rep["memory_ratio"]

@@ -94,7 +94,10 @@ class RoleModel(nn.Module):
     def _initial_role_vectors(self, base) -> torch.Tensor:
         """Each role's vectors start as the embeddings of its name's tokens (cycled), so a pretrained
         backbone sees in-distribution inputs at initialisation."""
-        emb = base.get_input_embeddings().weight.detach().float().cpu()
+        weight = base.get_input_embeddings().weight
+        if weight.is_meta:  # a shape-only model (parameter accounting without loading weights)
+            return torch.zeros(len(ROLE_NAMES), self.cfg.role_vectors, weight.shape[1])
+        emb = weight.detach().float().cpu()
         rows = []
         for role in ROLE_NAMES:
             ids = self.tokenizer.encode(role, add_special_tokens=False) or [0]
