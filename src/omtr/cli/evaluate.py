@@ -1,0 +1,225 @@
+"""``omtr evaluate``: a policy on a task file under a planner-call budget; ``omtr evaluate compare``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
+  omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle          # harness check: 100%
+  omtr evaluate --policy mutant:drop_goal_atom --tasks planbench.jsonl --out eval/mutant
+  omtr evaluate --policy model --model runs/model --tasks planbench.jsonl --out eval/model
+  omtr evaluate --policy CoT --backend hf:small --tasks bw.jsonl --limit 20 --out eval/cot
+  omtr evaluate --policy self-refine --backend openai:http://127.0.0.1:8000/v1 --llm-model qwen \\
+      --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
+  omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
+  omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
+  omtr evaluate compare eval/model eval/cot eval/tot eval/llmp eval/sr --out eval/compare
+
+Policies: model (--model DIR|small|micro|paper), oracle, mutant:<kind> (a mutator of
+omtr.faithfulness.mutators), file:PATH ({"id", "domain", "problem"} per attempt, in order), and the
+baselines cot, tot, llm+p, self-refine (Self-Refine+Solver) on --backend: hf:small (SmolLM2),
+hf:micro, hf:DIR, or openai:URL (any OpenAI-compatible chat endpoint; key from --llm-key-env).
+--out gets traces.jsonl, episodes.parquet, metrics.json (top-level success, faithful, drift as
+fractions and calls, then per-family blocks), figures/*.png and report.html.
+"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "evaluate",
+        help="evaluate a policy (model, oracle, mutant, file, baselines) under a planner-call budget",
+        description=(
+            "Run a policy on a task file through the episode loop with a budget of K planner calls per "
+            "task, check solved specs against references, and write traces, metrics with bootstrap "
+            "intervals, figures and a self-contained report.html. `omtr evaluate compare DIR...` puts "
+            "several evaluations side by side."
+        ),
+        examples=EXAMPLES,
+    )
+    p.add_argument("compare", nargs="*", metavar="compare DIR", help=argparse_suppress())
+    p.add_argument("--policy", metavar="NAME", help="model | oracle | mutant:<kind> | file:PATH | cot | tot | llm+p | self-refine")
+    p.add_argument("--tasks", metavar="FILE.jsonl", help="task records (references needed for faithfulness)")
+    p.add_argument("--out", metavar="DIR", help="output folder")
+    p.add_argument("--model", metavar="DIR|PROFILE", help="the model policy's directory or profile")
+    p.add_argument("--backend", metavar="NAME", default="hf:small",
+                   help="LLM backend for baselines: hf:small (default), hf:micro, hf:DIR, openai:URL")
+    p.add_argument("--llm-model", metavar="NAME", help="model name for openai: backends")
+    p.add_argument("--llm-key-env", metavar="VAR", default="OPENAI_API_KEY", help="environment variable with the API key")
+    p.add_argument("--llm-timeout", type=float, default=120.0, metavar="S", help="per-request time-out (openai:)")
+    p.add_argument("--llm-concurrency", type=int, default=4, metavar="N", help="requests in flight (openai:)")
+    p.add_argument("--llm-retries", type=int, default=4, metavar="N", help="retries on 429/5xx/time-outs (openai:)")
+    p.add_argument("--grammar", default="none", choices=("none", "vllm", "vllm-legacy", "llamacpp"),
+                   help="send omtr's PDDL grammar to the server (openai:) where it supports it")
+    p.add_argument("--budget", type=int, default=None, metavar="K", help="planner calls per task (default 6)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
+    p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="episodes generated together (default 64)")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N", help="token limit per answer")
+    p.add_argument("--workers", type=int, default=2, help="solver worker processes (default 2)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
+    p.add_argument("--device", default=None, help="torch device for local models")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-report", action="store_true", help="skip figures and report.html")
+    p.add_argument("--no-episode-log", action="store_true", help="skip episodes.parquet and its validation")
+    p.add_argument("--resume", action="store_true", help="keep --out's traces and skip tasks already in them")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing evaluation in --out")
+    p.add_argument("--track", action="store_true", help="log to MLflow (also on when MLFLOW_TRACKING_URI is set)")
+    p.add_argument("--experiment", default="omtr-evaluate", help="MLflow experiment (default omtr-evaluate)")
+    p.set_defaults(handler=run)
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def run(args) -> int:
+    if args.compare:
+        if args.compare[0] != "compare":
+            raise CliError(f"unexpected argument {args.compare[0]!r}; did you mean `omtr evaluate compare DIR...`?")
+        return _compare(args.compare[1:], args.out)
+    for flag in ("policy", "tasks", "out"):
+        if not getattr(args, flag):
+            raise CliError(f"--{flag} is required (or use `omtr evaluate compare DIR...`)")
+    if args.budget is not None and args.budget < 1:
+        raise CliError(f"--budget must be at least 1 (the Actor's spec), got {args.budget}")
+    if args.workers < 1 or args.batch_size < 1:
+        raise CliError("--workers and --batch-size must be at least 1")
+    traces = os.path.join(args.out, "traces.jsonl")
+    if os.path.exists(traces) and not (args.resume or args.overwrite):
+        raise CliError(f"{args.out} holds an evaluation; pass --resume to continue it or --overwrite to replace it")
+
+    import time
+
+    from omtr.config import ConfigError, EpisodeConfig, SolverConfig
+    from omtr.evaluation.run import EvalConfig, evaluate
+    from omtr.inference.backends import BackendError
+    from omtr.inference.registry import UnknownPolicy, make_policy
+    from omtr.inference.scripted import PolicyLoadError
+    from omtr.progress import Progress
+    from omtr.solver import SolverPool
+    from omtr.tasks.records import TaskFormatError, load_tasks
+
+    t0 = time.perf_counter()
+    try:
+        tasks = load_tasks(args.tasks)
+    except TaskFormatError as exc:
+        raise CliError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
+    if args.family:
+        tasks = [t for t in tasks if t.family in args.family]
+    if args.limit is not None:
+        tasks = tasks[: args.limit]
+    load_s = time.perf_counter() - t0
+    budget = args.budget if args.budget is not None else EpisodeConfig().planner_call_budget
+    try:
+        cfg = EvalConfig(budget=budget, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                         bootstrap=args.bootstrap, seed=args.seed, validate_log=not args.no_episode_log,
+                         figures=not args.no_report)
+        solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
+    except (ConfigError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    backend_options = {"model": args.llm_model, "key_env": args.llm_key_env, "timeout_s": args.llm_timeout,
+                       "max_concurrency": args.llm_concurrency, "retries": args.llm_retries, "grammar": args.grammar,
+                       "device": args.device}
+    t = time.perf_counter()
+    try:
+        policy = make_policy(args.policy, tasks=tasks, model=args.model, backend=args.backend, budget=budget,
+                             seed=args.seed, device=args.device,
+                             backend_options={k: v for k, v in backend_options.items() if v is not None})
+    except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    policy_s = time.perf_counter() - t
+
+    bar = Progress(len(tasks), "tasks", quiet=args.quiet)
+    t = time.perf_counter()
+    try:
+        with SolverPool(args.workers, solver_cfg) as pool:
+            pool_s = time.perf_counter() - t
+            metrics = evaluate(tasks, policy, args.out, env=pool, config=cfg, policy_name=args.policy,
+                               resume=args.resume, progress=bar.update)
+    except BackendError as exc:
+        raise CliError(f"{exc} (finished tasks are kept; rerun with --resume)") from None
+    bar.close()
+    metrics["timing"].update({"load_tasks_s": round(load_s, 3), "load_policy_s": round(policy_s, 3),
+                              "start_solver_s": round(pool_s, 3), "total_s": round(time.perf_counter() - t0, 3)})
+    from omtr.evaluation.run import METRICS
+
+    import json
+
+    with open(os.path.join(args.out, METRICS), "w", encoding="utf-8") as fh:
+        json.dump(metrics, fh, indent=2)
+        fh.write("\n")
+    if args.track or os.environ.get("MLFLOW_TRACKING_URI"):
+        _track(args, metrics)
+    _print(metrics, args.out)
+    return 0
+
+
+def _print(m: dict, out: str) -> None:
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    print(f"policy: {m['policy']}  tasks: {m['tasks']}  budget: {m['budget']}")
+    print(f"success: {pct(m['success'])}  faithful: {pct(m['faithful'])}  drift: {pct(m['drift'])}  "
+          f"calls: {m['calls'] if m['calls'] is not None else '-'}")
+    for f, b in (m.get("families") or {}).items():
+        print(f"  {f}: {b['tasks']} tasks, success {pct(b['success']['value'])}, faithful "
+              f"{pct(b['faithful']['value'])}, drift {pct(b['drift']['value'])}, calls {b['calls']['value']}")
+    dc = ((m.get("overall") or {}).get("drift_categories") or {})
+    if dc:
+        print("drift categories: " + ", ".join(f"{c} {v['count']}" for c, v in dc.items()))
+    t = m.get("transfer")
+    if t:
+        print(f"transfer exact match: {pct(t['overall']['exact_match']['value'])} of {t['overall']['tasks']}")
+    log = m.get("episode_log") or {}
+    if log.get("valid") is False:
+        print(f"episode log: FAILED validation ({'; '.join(log.get('failures', [])[:3])})")
+    print(f"time: {m['timing'].get('total_s', m['timing'].get('run_s'))} s  report: {os.path.join(out, 'report.html')}")
+    sys.stdout.flush()
+
+
+def _track(args, metrics: dict) -> None:
+    import mlflow
+
+    from omtr.tracking import start_run
+
+    flat = {k: metrics[k] for k in ("success", "faithful", "drift", "calls") if metrics.get(k) is not None}
+    for f, b in (metrics.get("families") or {}).items():
+        for k in ("success", "faithful", "drift"):
+            if b[k]["value"] is not None:
+                flat[f"{f}.{k}"] = b[k]["value"]
+    for c in ((metrics.get("overall") or {}).get("csr") or []):
+        flat[f"csr.h{c['h']}"] = c["value"] or 0.0
+    with start_run(args.experiment, f"evaluate-{args.policy}"):
+        mlflow.log_params({"policy": args.policy, "tasks": args.tasks, "budget": metrics["budget"],
+                           "model": args.model or "", "backend": args.backend})
+        mlflow.log_metrics(flat)
+        mlflow.log_artifacts(args.out)
+
+
+def _compare(folders: list[str], out: str | None) -> int:
+    if not folders:
+        raise CliError("compare needs at least one evaluation folder: omtr evaluate compare DIR...")
+    from omtr.evaluation.report import compare
+
+    try:
+        html_text, md = compare(folders)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "compare.html"), "w", encoding="utf-8") as fh:
+            fh.write(html_text)
+        with open(os.path.join(out, "compare.md"), "w", encoding="utf-8") as fh:
+            fh.write(md + "\n")
+        print(f"wrote {os.path.join(out, 'compare.html')} and compare.md")
+    else:
+        print(md)
+    return 0

@@ -1,0 +1,161 @@
+"""Harness policies: answers fixed in advance, replayed through the episode loop (evaluation only).
+
+* ``oracle`` answers each task with its reference spec. Run through the same loop, extraction,
+  planner and checker as any model, it must score 100% success, 100% faithful, 0 drift and one
+  planner call per task; anything else is a harness bug.
+* ``mutant:<kind>`` answers with the reference passed through one of the faithfulness checker's
+  mutators (``omtr.faithfulness.mutators.MUTATORS``); each kind must be reported as its expected
+  drift category (or as faithful, for the meaning-preserving kinds).
+* ``file:PATH`` replays another system's specs: JSON Lines in ``omtr solve --batch`` format,
+  ``{"id": TASK_ID, "domain": ..., "problem": ...}``, one line per attempt; a task's attempts are
+  checked in file order, at most K of them, and its episode ends at the first success or after its
+  last attempt.
+
+These read references, so they live on the evaluation side; generating policies (the role model,
+the baselines) see only the NL task. The loop hands a policy prompts, not tasks: a harness policy
+finds the task by its NL text, which the loop's Actor prompt ends with and its Editor prompt starts
+with (tasks sharing one NL text are served in task order).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from omtr.inference.baselines import read_prompt
+from omtr.inference.policy import Generation, Messages, Sampling
+
+
+class HarnessError(ValueError):
+    """A harness policy that cannot be built (unknown mutator, unreadable file, no references)."""
+
+
+def answer_text(domain: str, problem: str) -> str:
+    """A spec as a model would write it: two fenced PDDL blocks."""
+    return f"```pddl\n{domain.strip()}\n```\n\n```pddl\n{problem.strip()}\n```\n"
+
+
+class ReplayPolicy:
+    """Fixed attempts per task id, served in order: the Actor gets attempt 0, each Editor turn the next."""
+
+    uses_judge = False
+
+    def __init__(self, name: str, tasks: Iterable, attempts: dict[str, list[tuple[str, str]]], *,
+                 answers: dict[str, str] | None = None, notes: dict[str, str] | None = None):
+        self.name = name
+        self.attempts = {k: v for k, v in attempts.items() if v}
+        self.answers = dict(answers or {})  # transfer tasks: the text answer
+        self.notes = dict(notes or {})  # id -> why an attempt is what it is (e.g. mutator not applicable)
+        self._ids: dict[str, deque[str]] = defaultdict(deque)
+        for t in tasks:
+            self._ids[t.nl].append(str(t.id))
+        self._current: dict[str, str] = {}  # nl -> id now being served
+        self._turn: dict[str, int] = {}
+
+    def budget_for(self, task_id: str, budget: int) -> int:
+        """How many planner calls this task's episode may use: its attempts, at most ``budget``."""
+        return max(1, min(budget, len(self.attempts.get(task_id, [])) or 1))
+
+    def _answer(self, role: str, prompt: Messages) -> str:
+        turn = read_prompt(role, prompt)
+        if role == "actor":
+            ids = self._ids.get(turn.nl)
+            if not ids:
+                return ""
+            tid = ids[0]
+            ids.rotate(-1)
+            self._current[turn.nl], self._turn[tid] = tid, 0
+        else:
+            tid = self._current.get(turn.nl, "")
+            self._turn[tid] = self._turn.get(tid, 0) + 1
+        tries = self.attempts.get(tid)
+        if not tries:
+            return ""
+        d, p = tries[min(self._turn[tid], len(tries) - 1)]
+        return answer_text(d, p)
+
+    def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
+                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+        return [Generation(text=self._answer(role, p)) for p in prompts]
+
+    def judge(self, prompts: Sequence[Messages]) -> list[float]:
+        return [0.5] * len(prompts)
+
+    def answer(self, task) -> str:
+        return self.answers.get(str(task.id), "")
+
+
+def _gold_answer(task) -> str | None:
+    meta = getattr(task, "meta", {}) or {}
+    for key in ("answer", "golden_plan"):
+        if isinstance(meta.get(key), str):
+            return meta[key]
+    return None
+
+
+def oracle(tasks: Sequence) -> ReplayPolicy:
+    attempts = {t.id: [(t.reference.domain, t.reference.problem)] for t in tasks if t.reference is not None}
+    answers = {t.id: a for t in tasks if (a := _gold_answer(t)) is not None}
+    return ReplayPolicy("oracle", tasks, attempts, answers=answers)
+
+
+def mutant(kind: str, tasks: Sequence, *, seed: int = 0) -> ReplayPolicy:
+    from omtr.faithfulness.mutators import MUTATORS
+
+    by_name = {m.name: m for m in MUTATORS}
+    if kind not in by_name:
+        raise HarnessError(f"unknown mutator {kind!r}; choose from {', '.join(by_name)}")
+    mut = by_name[kind]
+    attempts, notes = {}, {}
+    for t in tasks:
+        if t.reference is None:
+            continue
+        d, p = t.reference.domain, t.reference.problem
+        out = mut.fn(d, p, random.Random(f"{seed}:{t.id}:{kind}"))
+        if out is None:
+            notes[t.id] = f"mutator {kind} does not apply; the reference is answered unchanged"
+            out = (d, p)
+        attempts[t.id] = [out]
+    return ReplayPolicy(f"mutant:{kind}", tasks, attempts, notes=notes)
+
+
+def expected_category(kind: str) -> str:
+    """What the checker should report for a mutator: ``faithful`` or a drift category."""
+    from omtr.faithfulness.mutators import MUTATORS
+
+    return {m.name: m.expected for m in MUTATORS}[kind]
+
+
+def from_file(path: str | Path, tasks: Sequence, *, budget: int = 6) -> ReplayPolicy:
+    p = Path(path)
+    if not p.is_file():
+        raise HarnessError(f"file:{p}: no such file")
+    known = {str(t.id) for t in tasks}
+    attempts: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    answers: dict[str, str] = {}
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise HarnessError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("id"), (str, int)):
+                raise HarnessError(f'{p}:{n}: expected {{"id": TASK_ID, "domain": ..., "problem": ...}}')
+            tid = str(rec["id"])
+            if tid not in known:
+                continue  # another task file's attempt
+            if isinstance(rec.get("answer"), str):
+                answers[tid] = rec["answer"]
+                continue
+            if not isinstance(rec.get("domain"), str) or not isinstance(rec.get("problem"), str):
+                raise HarnessError(f"{p}:{n}: 'domain' and 'problem' must be strings (PDDL text)")
+            if len(attempts[tid]) < budget:
+                attempts[tid].append((rec["domain"], rec["problem"]))
+    if not attempts and not answers:
+        raise HarnessError(f"{p}: no attempt names a task of the task file")
+    return ReplayPolicy(f"file:{p}", tasks, dict(attempts), answers=answers)

@@ -1,0 +1,232 @@
+"""One evaluation: a policy on a task file under a planner-call budget, written to a folder.
+
+    out/
+      traces.jsonl       one line per task as it finishes (episodes: every step's text, spec, verdict,
+                         Judge score, times, plus the faithfulness report; transfer: answer, correct)
+      episodes.parquet   the episode log (omtr.validation), checked with its expectation suite
+      metrics.json       top-level success / faithful / drift (fractions) and calls, then blocks
+      figures/*.png      CSR curve, diagnostic heatmap, solvability vs faithful bars, Judge violins
+      report.html        the tables and figures in one self-contained file
+
+Planning tasks go through the episode loop (``omtr.inference.episode.run_episodes``) — harness
+policies too, so the oracle proves the whole path: extraction, planner, VAL, checker. A finished
+episode's final spec is checked against the task's reference right away (on the loop's thread,
+while the solver workers plan the next batch) and its line is appended and flushed, so a killed
+run keeps what finished and ``resume=True`` skips those tasks. Transfer tasks (ProntoQA, NATURAL
+PLAN) are answered in text and scored with the task suite's scorers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from omtr.config import EpisodeConfig
+
+log = logging.getLogger(__name__)
+
+TRACES = "traces.jsonl"
+METRICS = "metrics.json"
+EPISODE_LOG = "episodes.parquet"
+
+
+@dataclass
+class EvalConfig:
+    budget: int = field(default_factory=lambda: EpisodeConfig().planner_call_budget,
+                        metadata={"help": "K: planner calls per task (the Actor's spec plus K-1 repairs)"})
+    batch_size: int = field(default=64, metadata={"help": "episodes generated (and sent to the planner) together"})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "token limit per answer"})
+    bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples for confidence intervals (0: none)"})
+    seed: int = field(default=0, metadata={"help": "bootstrap and sampling seed"})
+    validate_log: bool = field(default=True, metadata={"help": "write episodes.parquet and run its expectation suite"})
+    figures: bool = field(default=True, metadata={"help": "write PNG figures and report.html"})
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise ValueError(f"the budget must be at least 1 planner call (the Actor's spec), got {self.budget}")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+
+
+def is_transfer(task) -> bool:
+    from omtr.tasks.transfer import _BY_FAMILY
+
+    return (task.family or "") in _BY_FAMILY and task.reference is None
+
+
+def finished(path: Path) -> dict[str, dict]:
+    """Records already in a trace file; a last line cut short by a kill is dropped from the file."""
+    if not path.exists():
+        return {}
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+                out[str(rec["id"])] = rec
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def faithfulness(task, ep_json: dict) -> dict[str, Any]:
+    """The checker's verdict on a solved final spec (evaluation only)."""
+    if task.reference is None:
+        return {"reference": False, "checked": False}
+    if not ep_json.get("success"):
+        return {"reference": True, "checked": False}
+    from omtr.faithfulness import check
+
+    rep = check((task.reference.domain, task.reference.problem), (ep_json["domain"], ep_json["problem"]),
+                ep_json.get("plan") or None)
+    return {"reference": True, "checked": True, "faithful": rep.faithful, "categories": rep.categories,
+            "findings": [f.to_dict() for f in rep.findings][:10], "ms": round(rep.elapsed_ms, 3)}
+
+
+def text_answers(policy, tasks: Sequence, sampling) -> dict[str, str]:
+    """Transfer tasks answered in text: a harness's stored answer, else one greedy generation."""
+    if hasattr(policy, "answer"):
+        return {t.id: policy.answer(t) for t in tasks}
+    msgs = [[{"role": "user", "content": t.nl}] for t in tasks]
+    backend = getattr(policy, "backend", None)
+    if backend is not None:
+        gens = backend.chat(msgs, sampling)
+    else:
+        try:
+            gens = policy.generate("actor", msgs, sampling, grammar=False)
+        except TypeError:
+            gens = policy.generate("actor", msgs, sampling)
+    return {t.id: g.text for t, g in zip(tasks, gens)}
+
+
+def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config: EvalConfig | None = None,
+             policy_name: str = "", resume: bool = False, progress: Callable[[int], None] | None = None,
+             on_record: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run ``policy`` on ``tasks`` with environment ``env`` (anything with ``solve_many``); returns metrics."""
+    from omtr.inference.episode import run_episodes
+    from omtr.inference.policy import Sampling
+
+    cfg = config or EvalConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    traces = out / TRACES
+    done = finished(traces) if resume else {}
+    if not resume and traces.exists():
+        traces.unlink()
+    by_id = {str(t.id): t for t in tasks}
+    todo = [t for t in tasks if str(t.id) not in done]
+    timing: dict[str, float] = {"faithfulness_s": 0.0}
+    sampling = Sampling(greedy=True, seed=cfg.seed, **({"max_new_tokens": cfg.max_new_tokens} if cfg.max_new_tokens else {}))
+    name = policy_name or getattr(policy, "name", "policy")
+    t0 = time.perf_counter()
+
+    with open(traces, "a", encoding="utf-8") as fh:
+        def write(rec: dict) -> None:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            if on_record:
+                on_record(rec)
+            if progress:
+                progress(1)
+
+        def finish_episode(ep) -> None:
+            rec = ep.to_json()
+            task = by_id[str(rec["id"])]
+            tf = time.perf_counter()
+            rec["faithful"] = faithfulness(task, rec)
+            timing["faithfulness_s"] += time.perf_counter() - tf
+            rec["kind"], rec["policy"] = "planning", name
+            if getattr(policy, "notes", None) and rec["id"] in policy.notes:
+                rec["note"] = policy.notes[rec["id"]]
+            write(rec)
+
+        planning = [t for t in todo if not is_transfer(t)]
+        transfer = [t for t in todo if is_transfer(t)]
+        # harness policies may have fewer attempts than K for a task: one loop call per budget
+        groups: dict[int, list] = {}
+        for t in planning:
+            k = policy.budget_for(str(t.id), cfg.budget) if hasattr(policy, "budget_for") else cfg.budget
+            groups.setdefault(k, []).append(t)
+        tl = time.perf_counter()
+        for k, group in sorted(groups.items()):
+            run_episodes(group, policy, env, budget=k, sampling=sampling, batch_size=cfg.batch_size,
+                         judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
+        timing["loop_s"] = time.perf_counter() - tl
+        if transfer:
+            from omtr.tasks.transfer import _BY_FAMILY
+
+            tt = time.perf_counter()
+            answers = text_answers(policy, transfer, sampling)
+            for t in transfer:
+                ans = answers.get(t.id)
+                ok = bool(ans) and _BY_FAMILY[t.family].score(t, ans)
+                write({"id": t.id, "family": t.family, "kind": "transfer", "policy": name, "answer": ans,
+                       "answered": bool(ans), "correct": ok})
+            timing["transfer_s"] = time.perf_counter() - tt
+    timing["run_s"] = time.perf_counter() - t0
+    return finish(out, [str(t.id) for t in tasks], cfg, policy_name=name, timing=timing,
+                  resumed=len(done))
+
+
+def read_records(out: Path, ids: Sequence[str] | None = None) -> list[dict]:
+    recs = finished(out / TRACES)
+    if ids is None:
+        return list(recs.values())
+    return [recs[i] for i in ids if i in recs]
+
+
+def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name: str, timing: dict | None = None,
+           resumed: int = 0) -> dict[str, Any]:
+    """metrics.json, the validated episode log, figures and report.html from the trace file."""
+    from omtr.evaluation.metrics import compute_metrics
+
+    timing = dict(timing or {})
+    t = time.perf_counter()
+    records = read_records(out, ids)
+    metrics = compute_metrics(records, bootstrap=cfg.bootstrap, seed=cfg.seed, budget=cfg.budget, policy=policy_name)
+    timing["metrics_s"] = time.perf_counter() - t
+    metrics["resumed"] = resumed
+    if cfg.validate_log:
+        t = time.perf_counter()
+        metrics["episode_log"] = _episode_log(out, records, cfg)
+        timing["episode_log_s"] = time.perf_counter() - t
+    if cfg.figures:
+        from omtr.evaluation import report
+
+        t = time.perf_counter()
+        metrics["figures"] = report.figures(metrics, out / "figures", records)
+        timing["figures_s"] = time.perf_counter() - t
+    metrics["timing"] = {k: round(v, 3) for k, v in timing.items()}
+    (out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    if cfg.figures:
+        from omtr.evaluation import report
+
+        report.write_report(metrics, out)
+    return metrics
+
+
+def _episode_log(out: Path, records: list[dict], cfg: EvalConfig) -> dict[str, Any]:
+    planning = [r for r in records if r.get("kind", "planning") == "planning"]
+    if not planning:
+        return {"rows": 0, "valid": None}
+    try:
+        from omtr.validation import rows_from_traces, validate_episode_log, write_episode_log
+    except ImportError as exc:  # the validation extra is not installed
+        return {"rows": 0, "valid": None, "skipped": f"episode log not written ({exc})"}
+    rows = rows_from_traces(planning, run=out.name, cycle=0)
+    path = write_episode_log(rows, out / EPISODE_LOG)
+    result = validate_episode_log(path, max_step=max(cfg.budget - 1, 0))
+    info = {"rows": len(rows), "valid": result.success, "checks": result.checks, "seconds": round(result.seconds, 3)}
+    if not result.success:
+        info["failures"] = [str(f) for f in result.failures][:10]
+        log.warning("episode log %s failed validation: %s", path, info["failures"])
+    return info

@@ -1,0 +1,304 @@
+"""The paper's matched-budget baselines (appendix G.4, H.1), each a Policy over any LLM backend.
+
+Every baseline runs through the same batched episode loop and the same budget of K planner calls
+as omtr's own model. The loop asks for the Actor's answer first and for an "Editor" answer after
+each failed verification; what a baseline does with that turn is what sets it apart:
+
+* ``cot`` (chain of thought): reason about objects, predicates, actions, init and goal, then
+  write the spec. Every turn is an independent sample of the same prompt (the first greedy when
+  the run is greedy, then sampled at temperature 0.7 with a seed per sample); the diagnostic is
+  never shown. The first solver success wins.
+* ``tot`` (tree of thoughts): a breadth-first search over partial reasoning states — stage 1 the
+  types and objects, stage 2 the predicates and actions — expanding ``breadth`` thoughts per state
+  and keeping the ``beam`` states the model itself rates best (1-10). From the surviving states
+  it writes at most K final specs, ranked by the states' ratings; the loop's turns check them in
+  order. Only those final specs reach the planner.
+* ``llm+p``: an in-context PDDL example (the family's hand-written demonstration) and fixed domain
+  assumptions stated in the prompt; K independent samples, like ``cot``.
+* ``self-refine`` (Self-Refine+Solver): the base model, no trained roles; each turn revises the
+  latest spec from the planner's raw diagnostic, up to K - 1 = 5 rounds.
+
+Baselines see what the loop's prompts carry: the task's NL text and family, and for revisions the
+latest spec and diagnostic. They never see references. No baseline has a Judge.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from omtr.inference import prompts as P
+from omtr.inference.backends import Backend
+from omtr.inference.policy import Generation, Messages, Sampling
+
+log = logging.getLogger(__name__)
+
+_EDITOR = re.compile(r"^Task:\n(?P<nl>.*?)\n\nPDDL written for it:\n(?P<spec>.*)\n\nThe planner rejected it"
+                     r"(?: \((?P<cat>[a-z_]+)\))?: (?P<diag>.*)\n\nWrite the corrected domain and problem in full\.$",
+                     re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the loop's prompt says: the task, and for a revision the latest spec and diagnostic."""
+
+    role: str
+    nl: str
+    family: str | None = None
+    spec: str | None = None
+    category: str | None = None
+    diagnostic: str | None = None
+
+
+def read_prompt(role: str, messages: Messages) -> Turn:
+    """The task (and, for the Editor, the latest spec and diagnostic) in one of the loop's prompts."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if role == "actor":
+        family = None
+        if len(users) >= 2:
+            family = next((f for f, d in P.DEMOS.items() if d.nl == users[0]), None)
+        return Turn("actor", users[-1], family)
+    m = _EDITOR.match(users[-1]) if users else None
+    if m is None:
+        raise ValueError("not an Editor prompt of omtr.inference.prompts.editor_messages")
+    return Turn("editor", m["nl"], None, m["spec"], m["cat"], m["diag"])
+
+
+SYSTEM = ("You translate planning tasks written in English into PDDL: a domain (define (domain ...)) and "
+          "a problem (define (problem ...)) that a classical planner can solve.")
+
+COT_INSTRUCTIONS = (
+    "First think step by step: list the kinds of objects, the predicates that describe a state, the "
+    "actions with their preconditions and effects, the initial state and the goal. Then write the "
+    "complete PDDL domain followed by the complete PDDL problem, each as one (define ...) block."
+)
+
+LLMP_ASSUMPTIONS = (
+    "Assumptions: use STRIPS PDDL (with :typing if you declare types); every object of the task is "
+    "declared in :objects; the initial state lists every fact that holds at the start; facts not "
+    "listed are false; the goal is a conjunction of facts; actions change only what their effects "
+    "say; one action happens at a time."
+)
+
+
+class _BaselinePolicy:
+    """Shared plumbing: read the loop's prompts, remember each task's family and sample count."""
+
+    name = "baseline"
+    uses_judge = False
+
+    def __init__(self, backend: Backend, *, seed: int = 0, temperature: float = 0.7):
+        self.backend, self.seed, self.temperature = backend, seed, temperature
+        self._family: dict[str, str | None] = {}
+        self._samples: dict[str, int] = {}
+
+    # the Policy protocol
+    def judge(self, prompts: Sequence[Messages]) -> list[float]:
+        return [0.5] * len(prompts)  # no Judge; the loop is run with judge=False
+
+    def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
+                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+        turns = [read_prompt(role, p) for p in prompts]
+        for t in turns:
+            if t.role == "actor":
+                self._family[t.nl] = t.family
+                self._samples[t.nl] = 0
+        return self.turn(turns, sampling, stop_when)
+
+    def family(self, t: Turn) -> str | None:
+        return t.family if t.role == "actor" else self._family.get(t.nl)
+
+    def sampling_for(self, t: Turn, sampling: Sampling) -> Sampling:
+        """Sample k of a task: the first as the run asks (greedy in evaluation), then sampled with a
+        seed per k (the same for every task, so one sample index is one batched backend call)."""
+        k = self._samples.get(t.nl, 0)
+        self._samples[t.nl] = k + 1
+        if k == 0:
+            return sampling
+        return Sampling(greedy=False, temperature=self.temperature, top_p=sampling.top_p,
+                        max_new_tokens=sampling.max_new_tokens, seed=(self.seed + 7919 * k) % (2**31))
+
+    def _chat_each(self, messages: list[Messages], samplings: list[Sampling], stop_when) -> list[Generation]:
+        """Group prompts by sampling so the backend batches what it can."""
+        out: list[Generation | None] = [None] * len(messages)
+        groups: dict[Sampling, list[int]] = {}
+        for i, s in enumerate(samplings):
+            groups.setdefault(s, []).append(i)
+        for s, idx in groups.items():
+            gens = self.backend.chat([messages[i] for i in idx], s, stop_when=stop_when)
+            for i, g in zip(idx, gens):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def turn(self, turns: list[Turn], sampling: Sampling, stop_when) -> list[Generation]:
+        raise NotImplementedError
+
+
+class IndependentSamples(_BaselinePolicy):
+    """K independent samples of one prompt per task (CoT, LLM+P)."""
+
+    def messages(self, t: Turn) -> Messages:
+        raise NotImplementedError
+
+    def turn(self, turns, sampling, stop_when):
+        return self._chat_each([self.messages(t) for t in turns], [self.sampling_for(t, sampling) for t in turns],
+                               stop_when)
+
+
+class CoT(IndependentSamples):
+    name = "cot"
+
+    def messages(self, t: Turn) -> Messages:
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{t.nl}\n\n{COT_INSTRUCTIONS}"}]
+
+
+class LLMPlusP(IndependentSamples):
+    name = "llm+p"
+
+    def messages(self, t: Turn) -> Messages:
+        demo = P.demo_for(self.family(t))
+        return [
+            {"role": "system", "content": SYSTEM + " " + LLMP_ASSUMPTIONS},
+            {"role": "user", "content": f"An example problem:\n{demo.nl}"},
+            {"role": "assistant", "content": demo.answer},
+            {"role": "user", "content": f"Now this problem:\n{t.nl}\n\nWrite its PDDL domain and problem."},
+        ]
+
+
+class SelfRefine(_BaselinePolicy):
+    """Write a spec, then revise it from the raw diagnostic (no trained roles, greedy)."""
+
+    name = "self-refine"
+
+    def messages(self, t: Turn) -> Messages:
+        if t.role == "actor":
+            return [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": f"{t.nl}\n\nWrite the PDDL domain and problem."}]
+        return [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"{t.nl}\n\nWrite the PDDL domain and problem."},
+            {"role": "assistant", "content": t.spec or ""},
+            {"role": "user", "content": f"The planner answered:\n{t.diagnostic}\n\n"
+                                        "Revise your PDDL so the planner accepts it; write the domain and problem in full."},
+        ]
+
+    def turn(self, turns, sampling, stop_when):
+        return self.backend.chat([self.messages(t) for t in turns], sampling, stop_when=stop_when)
+
+
+STAGES = (
+    "Stage 1: list the kinds of objects (types) and every object of the task with its type.",
+    "Stage 2: list the predicates that describe a state, and each action with its parameters, "
+    "preconditions and effects.",
+)
+
+
+class ToT(_BaselinePolicy):
+    """Breadth-first tree of thoughts with the model as evaluator; at most K final specs."""
+
+    name = "tot"
+
+    def __init__(self, backend: Backend, *, seed: int = 0, breadth: int = 2, beam: int = 2, budget: int = 6,
+                 thought_tokens: int = 160, temperature: float = 0.7):
+        super().__init__(backend, seed=seed, temperature=temperature)
+        self.breadth, self.beam, self.budget, self.thought_tokens = breadth, beam, budget, thought_tokens
+        self._queue: dict[str, list[Generation]] = {}
+        self.tree: dict[str, list[tuple[float, str]]] = {}  # the final beam per task (for traces and tests)
+
+    def _thought_prompt(self, nl: str, state: str, stage: str) -> Messages:
+        done = f"\n\nAnalysis so far:\n{state}" if state else ""
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{nl}{done}\n\n{stage} Be brief."}]
+
+    def _value_prompt(self, nl: str, state: str) -> Messages:
+        return [{"role": "system", "content": "You grade analyses of planning tasks."},
+                {"role": "user", "content": f"Task:\n{nl}\n\nAnalysis:\n{state}\n\nHow correct and complete is this "
+                                            "analysis for writing the task in PDDL? Answer with one number from 1 to 10."}]
+
+    @staticmethod
+    def _rating(text: str) -> float:
+        m = re.search(r"\b(10|[1-9])\b", text)
+        return float(m.group(1)) if m else 5.0
+
+    def search(self, nls: list[str], sampling: Sampling) -> dict[str, list[tuple[float, str]]]:
+        """Breadth-first over the stages for several tasks at once; the surviving (rating, state) beams."""
+        beams = {nl: [(0.0, "")] for nl in nls}
+        for depth, stage in enumerate(STAGES):
+            prompts, owners = [], []
+            for nl in nls:
+                for _, state in beams[nl]:
+                    for b in range(self.breadth):
+                        prompts.append(self._thought_prompt(nl, state, stage))
+                        owners.append((nl, state, b))
+            # one seed per branch index, so siblings differ and each branch is one batched call
+            thoughts: list[Generation | None] = [None] * len(prompts)
+            for b in range(self.breadth):
+                idx = [i for i, o in enumerate(owners) if o[2] == b]
+                s = Sampling(greedy=False, temperature=self.temperature, top_p=sampling.top_p,
+                             max_new_tokens=self.thought_tokens, seed=(self.seed + 1000 * depth + b) % (2**31))
+                for i, g in zip(idx, self.backend.chat([prompts[i] for i in idx], s)):
+                    thoughts[i] = g
+            children = [(nl, (state + "\n" + g.text.strip()).strip()) for (nl, state, _), g in zip(owners, thoughts)]  # type: ignore[union-attr]
+            values = self.backend.chat([self._value_prompt(nl, st) for nl, st in children],
+                                       Sampling(greedy=True, max_new_tokens=4))
+            scored: dict[str, list[tuple[float, str]]] = {nl: [] for nl in nls}
+            for (nl, st), v in zip(children, values):
+                scored[nl].append((self._rating(v.text), st))
+            beams = {nl: sorted(scored[nl], key=lambda x: -x[0])[: self.beam] for nl in nls}
+        return beams
+
+    def turn(self, turns, sampling, stop_when):
+        fresh = [t.nl for t in turns if t.role == "actor"]
+        if fresh:
+            beams = self.search(fresh, sampling)
+            prompts, owners = [], []
+            for nl in fresh:
+                self.tree[nl] = beams[nl]
+                per_state = max(1, -(-self.budget // max(1, len(beams[nl]))))
+                for rank, (_, state) in enumerate(beams[nl]):
+                    for j in range(per_state):
+                        prompts.append(self._final_prompt(nl, state))
+                        owners.append((nl, rank, j))
+            finals: list[Generation | None] = [None] * len(prompts)
+            for slot in sorted({(rank, j) for _, rank, j in owners}):
+                idx = [i for i, o in enumerate(owners) if (o[1], o[2]) == slot]
+                s = sampling if slot == (0, 0) else Sampling(
+                    greedy=False, temperature=self.temperature, top_p=sampling.top_p,
+                    max_new_tokens=sampling.max_new_tokens, seed=(self.seed + 100 + 10 * slot[0] + slot[1]) % (2**31))
+                for i, g in zip(idx, self.backend.chat([prompts[i] for i in idx], s, stop_when=stop_when)):
+                    finals[i] = g
+            for nl in fresh:
+                self._queue[nl] = []
+            order = sorted(range(len(owners)), key=lambda i: (owners[i][2], owners[i][1]))  # best state first
+            for i in order:
+                nl = owners[i][0]
+                if len(self._queue[nl]) < self.budget:
+                    self._queue[nl].append(finals[i])
+        out = []
+        for t in turns:
+            q = self._queue.get(t.nl) or []
+            out.append(q.pop(0) if q else Generation(text="", finish_reason="stop"))
+        return out
+
+    def _final_prompt(self, nl: str, state: str) -> Messages:
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{nl}\n\nAnalysis:\n{state}\n\nUsing this analysis, write the complete "
+                                            "PDDL domain followed by the complete PDDL problem."}]
+
+
+BASELINES = {"cot": CoT, "tot": ToT, "llm+p": LLMPlusP, "self-refine": SelfRefine}
+ALIASES = {"llmp": "llm+p", "llm-p": "llm+p", "self-refine+solver": "self-refine", "selfrefine": "self-refine",
+           "self_refine": "self-refine"}
+
+
+def baseline(name: str, backend: Backend, **options) -> _BaselinePolicy:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in BASELINES:
+        raise KeyError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
+    cls = BASELINES[key]
+    if cls is not ToT:
+        options.pop("budget", None)
+    return cls(backend, **options)
