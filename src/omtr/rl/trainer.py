@@ -260,6 +260,9 @@ class Trainer:
                                 budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
                                 judge=cfg.use_judge)
         rollout_s = time.perf_counter() - t0
+        log.info("update %d: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s", self.update + 1,
+                 len(episodes), sum(e.planner_calls for e in episodes),
+                 sum(len(s.token_ids) for e in episodes for s in e.steps), rollout_s)
         if self._stop.is_set():
             return None
         first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch
