@@ -63,6 +63,8 @@ def register(sub) -> None:
     p.add_argument("--device", default=None, help="torch device for local models")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--full-check", action="store_true",
+                   help="run the faithfulness checker's mapping search even on specs identical to the reference")
     p.add_argument("--no-report", action="store_true", help="skip figures and report.html")
     p.add_argument("--no-episode-log", action="store_true", help="skip episodes.parquet and its validation")
     p.add_argument("--resume", action="store_true", help="keep --out's traces and skip tasks already in them")
@@ -121,7 +123,7 @@ def run(args) -> int:
     try:
         cfg = EvalConfig(budget=budget, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                          bootstrap=args.bootstrap, seed=args.seed, validate_log=not args.no_episode_log,
-                         figures=not args.no_report)
+                         figures=not args.no_report, full_check=args.full_check)
         solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None

@@ -5,7 +5,8 @@
   planner call per task; anything else is a harness bug.
 * ``mutant:<kind>`` answers with the reference passed through one of the faithfulness checker's
   mutators (``omtr.faithfulness.mutators.MUTATORS``); each kind must be reported as its expected
-  drift category (or as faithful, for the meaning-preserving kinds).
+  drift category (or as faithful, for the meaning-preserving kinds). Tasks the mutator cannot
+  change (no goal atom to drop, ...) are left out and counted as ``excluded``.
 * ``file:PATH`` replays another system's specs: JSON Lines in ``omtr solve --batch`` format,
   ``{"id": TASK_ID, "domain": ..., "problem": ...}``, one line per attempt; a task's attempts are
   checked in file order, at most K of them, and its episode ends at the first success or after its
@@ -52,6 +53,7 @@ class ReplayPolicy:
         self._ids: dict[str, deque[str]] = defaultdict(deque)
         for t in tasks:
             self._ids[t.nl].append(str(t.id))
+        self.excluded: dict[str, str] = {}  # id -> why the task is left out of the evaluation
         self._current: dict[str, str] = {}  # nl -> id now being served
         self._turn: dict[str, int] = {}
 
@@ -116,10 +118,12 @@ def mutant(kind: str, tasks: Sequence, *, seed: int = 0) -> ReplayPolicy:
         d, p = t.reference.domain, t.reference.problem
         out = mut.fn(d, p, random.Random(f"{seed}:{t.id}:{kind}"))
         if out is None:
-            notes[t.id] = f"mutator {kind} does not apply; the reference is answered unchanged"
-            out = (d, p)
+            notes[t.id] = f"mutator {kind} does not apply to this task"
+            continue
         attempts[t.id] = [out]
-    return ReplayPolicy(f"mutant:{kind}", tasks, attempts, notes=notes)
+    policy = ReplayPolicy(f"mutant:{kind}", tasks, attempts, notes=notes)
+    policy.excluded = dict(notes)  # evaluated without these tasks (counted in metrics.json)
+    return policy
 
 
 def expected_category(kind: str) -> str:
