@@ -11,8 +11,8 @@ each failed verification; what a baseline does with that turn is what sets it ap
 * ``tot`` (tree of thoughts): a breadth-first search over partial reasoning states — stage 1 the
   types and objects, stage 2 the predicates and actions — expanding ``breadth`` thoughts per state
   and keeping the ``beam`` states the model itself rates best (1-10). From the surviving states
-  it writes at most K final specs, ranked by the states' ratings; the loop's turns check them in
-  order. Only those final specs reach the planner.
+  writes final specs, one per loop turn, from the states in rank order (round robin), so at most K
+  final specs are written and checked. Only those final specs reach the planner.
 * ``llm+p``: an in-context PDDL example (the family's hand-written demonstration) and fixed domain
   assumptions stated in the prompt; K independent samples, like ``cot``.
 * ``self-refine`` (Self-Refine+Solver): the base model, no trained roles; each turn revises the
@@ -205,7 +205,7 @@ class ToT(_BaselinePolicy):
                  thought_tokens: int = 160, temperature: float = 0.7):
         super().__init__(backend, seed=seed, temperature=temperature)
         self.breadth, self.beam, self.budget, self.thought_tokens = breadth, beam, budget, thought_tokens
-        self._queue: dict[str, list[Generation]] = {}
+        self._queue: dict[str, list[str]] = {}  # the surviving reasoning states per task, best first
         self.tree: dict[str, list[tuple[float, str]]] = {}  # the final beam per task (for traces and tests)
 
     def _thought_prompt(self, nl: str, state: str, stage: str) -> Messages:
@@ -238,7 +238,8 @@ class ToT(_BaselinePolicy):
             for b in range(self.breadth):
                 idx = [i for i, o in enumerate(owners) if o[2] == b]
                 s = Sampling(greedy=False, temperature=self.temperature, top_p=sampling.top_p,
-                             max_new_tokens=self.thought_tokens, seed=(self.seed + 1000 * depth + b) % (2**31))
+                             max_new_tokens=min(self.thought_tokens, sampling.max_new_tokens),
+                             seed=(self.seed + 1000 * depth + b) % (2**31))
                 for i, g in zip(idx, self.backend.chat([prompts[i] for i in idx], s)):
                     thoughts[i] = g
             children = [(nl, (state + "\n" + g.text.strip()).strip()) for (nl, state, _), g in zip(owners, thoughts)]  # type: ignore[union-attr]
@@ -254,34 +255,30 @@ class ToT(_BaselinePolicy):
         fresh = [t.nl for t in turns if t.role == "actor"]
         if fresh:
             beams = self.search(fresh, sampling)
-            prompts, owners = [], []
             for nl in fresh:
                 self.tree[nl] = beams[nl]
-                per_state = max(1, -(-self.budget // max(1, len(beams[nl]))))
-                for rank, (_, state) in enumerate(beams[nl]):
-                    for j in range(per_state):
-                        prompts.append(self._final_prompt(nl, state))
-                        owners.append((nl, rank, j))
-            finals: list[Generation | None] = [None] * len(prompts)
-            for slot in sorted({(rank, j) for _, rank, j in owners}):
-                idx = [i for i, o in enumerate(owners) if (o[1], o[2]) == slot]
-                s = sampling if slot == (0, 0) else Sampling(
-                    greedy=False, temperature=self.temperature, top_p=sampling.top_p,
-                    max_new_tokens=sampling.max_new_tokens, seed=(self.seed + 100 + 10 * slot[0] + slot[1]) % (2**31))
-                for i, g in zip(idx, self.backend.chat([prompts[i] for i in idx], s, stop_when=stop_when)):
-                    finals[i] = g
-            for nl in fresh:
-                self._queue[nl] = []
-            order = sorted(range(len(owners)), key=lambda i: (owners[i][2], owners[i][1]))  # best state first
-            for i in order:
-                nl = owners[i][0]
-                if len(self._queue[nl]) < self.budget:
-                    self._queue[nl].append(finals[i])
-        out = []
+                self._queue[nl] = [st for _, st in beams[nl]] or [""]
+                self._samples[nl] = 0
+        # final spec j of a task is written from state j mod beam (best state first), on demand: a
+        # task solved by its first final spec costs no more
+        slots: list[int] = []
         for t in turns:
-            q = self._queue.get(t.nl) or []
-            out.append(q.pop(0) if q else Generation(text="", finish_reason="stop"))
-        return out
+            j = self._samples.get(t.nl, 0)
+            self._samples[t.nl] = j + 1
+            slots.append(j)
+        out: list[Generation | None] = [None] * len(turns)
+        for j in sorted(set(slots)):
+            idx = [i for i, sj in enumerate(slots) if sj == j]
+            s = sampling if j == 0 else Sampling(
+                greedy=False, temperature=self.temperature, top_p=sampling.top_p,
+                max_new_tokens=sampling.max_new_tokens, seed=(self.seed + 100 + j) % (2**31))
+            msgs = []
+            for i in idx:
+                states = self._queue.get(turns[i].nl) or [""]
+                msgs.append(self._final_prompt(turns[i].nl, states[j % len(states)]))
+            for i, g in zip(idx, self.backend.chat(msgs, s, stop_when=stop_when)):
+                out[i] = g
+        return out  # type: ignore[return-value]
 
     def _final_prompt(self, nl: str, state: str) -> Messages:
         return [{"role": "system", "content": SYSTEM},
