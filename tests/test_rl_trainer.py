@@ -160,7 +160,6 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
     assert (a.update, a.episodes_done, a.planner_calls) == (c.update, c.episodes_done, c.planner_calls)
     oa, oc = a.backend.optimizer.state_dict()["state"], c.backend.optimizer.state_dict()["state"]
     assert all(torch.equal(oa[k]["exp_avg"], oc[k]["exp_avg"]) for k in oa)
-    assert torch.equal(torch.get_rng_state(), torch.get_rng_state())
 
 
 @pytest.mark.slow
@@ -168,9 +167,10 @@ def test_learning_raises_a_toy_verifiable_reward(tmp_path):
     """micro + a toy verifiable reward through the same trainer: the mean reward clearly rises."""
     from omtr.rl.trainer import Trainer
 
-    cfg = _cfg(cycles=1, updates_per_cycle=14, episodes_per_batch=16, samples_per_task=4, advantage="group",
-               use_judge=False, use_editor=False, lr=2e-2, kl_coef=0.0, max_new_tokens=16, micro_batch_size=16,
-               temperature=1.0)
+    # the trainable-backbone switch: every output row can move, so the signal is strong and fast
+    cfg = _cfg(cycles=1, updates_per_cycle=10, episodes_per_batch=8, samples_per_task=4, advantage="group",
+               use_judge=False, use_editor=False, frozen_backbone=False, lr=1e-2, kl_coef=0.0,
+               max_new_tokens=16, micro_batch_size=8, temperature=1.0)
     tr = Trainer(cfg, TASKS, tmp_path / "run", env=NoPlanner(), quiet=True)
     assert tr.run() == "finished"
     rewards = [h["reward_actor"] for h in tr.history]
