@@ -1,0 +1,56 @@
+"""``omtr promote``: move the ``champion`` alias to a version when it beats the current champion."""
+
+from __future__ import annotations
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr promote --name omtr-role-model --version 3            # champion iff it beats the current one
+  omtr promote --name omtr-role-model --version 3 --rule ci  # only if better beyond the 95% interval
+  omtr promote --name omtr-role-model --version 2 --force    # roll back / override the rule
+
+Rule `point`: higher faithful success on the validation split wins; ties go to higher solver
+success, then fewer average planner calls; a full tie keeps the champion. Rule `ci`: the lower
+end of the version's faithful-success bootstrap interval must be above the champion's value.
+Exit status: 0 promoted, 1 refused (the reason is printed), 2 usage or unknown version.
+"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "promote",
+        help="promote a registered version to champion if it beats the current champion",
+        description=("Compare a registered version's evaluation tags with the champion's by the promotion "
+                     "rule and move the `champion` alias to it when it wins (or with --force); otherwise "
+                     "it keeps the alias `challenger`. The decision and its inputs are tagged on the "
+                     "version and logged to MLflow."),
+        examples=EXAMPLES,
+    )
+    p.add_argument("--name", default="omtr-role-model", help="registered model name (default omtr-role-model)")
+    p.add_argument("--version", required=True, help="the version to promote")
+    p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (default point)")
+    p.add_argument("--force", action="store_true", help="make it champion whatever the rule says")
+    p.add_argument("--json", metavar="FILE", help="also write the decision as JSON here")
+    p.add_argument("--experiment", default="omtr-promote", help="MLflow experiment of the decision's run")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import json
+
+    from omtr.tracking import start_run
+    from omtr.tracking.registry import PromotionError, promote
+
+    try:
+        with start_run(args.experiment, f"promote-{args.name}-v{args.version}"):
+            d = promote(args.name, args.version, rule=args.rule, force=args.force)
+    except PromotionError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(d.to_dict(), fh, indent=2)
+            fh.write("\n")
+    if d.promote:
+        print(f"{args.name} version {args.version} is now champion: {d.reason}")
+        return 0
+    print(f"{args.name} version {args.version} not promoted: {d.reason}")
+    return 1

@@ -1,0 +1,76 @@
+"""``omtr register``: log a role-model directory as an MLflow pyfunc and register a new version."""
+
+from __future__ import annotations
+
+from omtr.cli import CliError, add_command
+
+EXAMPLES = """  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json
+  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json --train-run RUN_ID \\
+      --eval-run RUN_ID --promote                          # then apply the promotion rule
+  omtr register --model-dir runs/micro/model --name my-model --max-tasks 4 --json version.json
+
+The new version gets the alias `challenger`, the evaluation's metrics as tags (metric.faithful,
+metric.success, metric.calls, intervals) and links to its training and evaluation runs.
+Serve it: mlflow models serve -m models:/omtr-role-model@champion --env-manager local
+Registry: $MLFLOW_TRACKING_URI, else ./mlruns.db.
+"""
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "register",
+        help="register a trained role model (MLflow pyfunc) with its evaluation metrics",
+        description=("Log a model directory (its files, not a pickled object) as an MLflow pyfunc whose "
+                     "predict runs the Actor -> planner -> Editor loop on natural-language tasks, register "
+                     "it as a new version, tag it with its evaluation metrics and runs, alias it challenger."),
+        examples=EXAMPLES,
+    )
+    p.add_argument("--model-dir", required=True, metavar="DIR", help="a role-model directory (omtr train's RUN_DIR/model)")
+    p.add_argument("--name", default="omtr-role-model", help="registered model name (default omtr-role-model)")
+    p.add_argument("--metrics", metavar="metrics.json", help="omtr evaluate's metrics.json for this model")
+    p.add_argument("--train-run", metavar="RUN_ID", help="the MLflow run that trained it")
+    p.add_argument("--eval-run", metavar="RUN_ID", help="the MLflow run that evaluated it")
+    p.add_argument("--promote", action="store_true", help="apply the promotion rule after registering")
+    p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (with --promote)")
+    p.add_argument("--max-tasks", type=int, default=8, metavar="N", help="tasks per serving request (default 8)")
+    p.add_argument("--max-task-chars", type=int, default=4000, metavar="N", help="characters per task (default 4000)")
+    p.add_argument("--budget", type=int, default=6, metavar="K", help="planner calls per served task (default 6)")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N", help="token limit per served answer")
+    p.add_argument("--time-limit", type=float, default=20.0, metavar="S", help="planner CPU limit when serving (default 20)")
+    p.add_argument("--json", metavar="FILE", help="also write {name, version, run_id, model_uri[, promotion]} here")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    if not (Path(args.model_dir) / "omtr-model.json").is_file():
+        raise CliError(f"--model-dir {args.model_dir}: not an omtr model directory (no omtr-model.json)")
+    metrics = None
+    if args.metrics:
+        try:
+            metrics = json.loads(Path(args.metrics).read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--metrics {args.metrics}: cannot read ({exc})") from None
+    from omtr.tracking.pyfunc import ServingLimits
+    from omtr.tracking.registry import PromotionError, promote, register
+
+    try:
+        limits = ServingLimits(max_tasks=args.max_tasks, max_task_chars=args.max_task_chars, budget=args.budget,
+                               max_new_tokens=args.max_new_tokens, time_limit_s=args.time_limit)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    out = register(args.model_dir, name=args.name, metrics=metrics, train_run_id=args.train_run,
+                   eval_run_id=args.eval_run, limits=limits)
+    print(f"registered {out['name']} version {out['version']} (alias challenger) from run {out['run_id']}")
+    if args.promote:
+        try:
+            d = promote(args.name, out["version"], rule=args.rule)
+        except PromotionError as exc:
+            raise CliError(str(exc)) from None
+        out["promotion"] = d.to_dict()
+        print(("promoted to champion: " if d.promote else "not promoted (stays challenger): ") + d.reason)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
