@@ -176,3 +176,21 @@ def test_report_renders_in_headless_chromium(tmp_path):
     keep = __import__("os").environ.get("OMTR_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_evaluation_is_logged_to_mlflow(tmp_path, monkeypatch, capsys):
+    import mlflow
+
+    tf = tmp_path / "tasks.jsonl"
+    write_tasks(tf, generate("gripper", 2, 7, verify=False))
+    uri = f"sqlite:///{tmp_path / 'ml.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    assert main(["-q", "evaluate", "--policy", "oracle", "--tasks", str(tf), "--workers", "1", "--bootstrap", "50",
+                 "--out", str(tmp_path / "eval")]) == 0
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["omtr-evaluate"])
+    assert len(runs) == 1 and runs["metrics.success"][0] == 1.0 and runs["params.policy"][0] == "oracle"
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs.run_id[0])}
+    assert {"metrics.json", "report.html", "traces.jsonl", "figures"} <= arts
