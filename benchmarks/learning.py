@@ -124,6 +124,7 @@ def main() -> None:
         before = evaluate(model, test_tasks, pool, args.max_new_tokens)
         result["before"] = summary(before) | {"seconds": round(time.time() - te, 1)}
         logging.info("held-out before: %s", result["before"])
+        (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")  # kept if the run is cut short
         for cond in args.conditions.split(","):
             with torch.no_grad():
                 for n, p in model.named_parameters():
@@ -136,7 +137,8 @@ def main() -> None:
                 mlflow=False, save_model_every_cycle=False, seed=args.seed, experiment="omtr-learning")
             tc = time.time()
             tr = Trainer(cfg, train_tasks, out / cond, model=model, env=pool, quiet=True)
-            tr.run()
+            if tr.run() == "stopped":  # SIGTERM: the checkpoint is written; stop here
+                break
             train_s = time.time() - tc
             after = evaluate(model, test_tasks, pool, args.max_new_tokens)
             result["conditions"][cond] = {
@@ -147,6 +149,7 @@ def main() -> None:
                                                   "reference_s", "update_s")} for h in tr.history],
             }
             logging.info("%s: %s", cond, result["conditions"][cond]["after"])
+            (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     result["seconds"] = round(time.time() - t0, 1)
     (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
     _plot(result, out / "learning_curve.png")

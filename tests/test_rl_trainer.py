@@ -35,6 +35,15 @@ class NoPlanner:
         return [solve(d, p) for d, p in specs]
 
 
+@pytest.fixture(scope="module")
+def micro():
+    """One micro model for the quick tests (building it trains a tokenizer: ~10 s)."""
+    torch.set_num_threads(1)
+    from omtr.model import build_model
+
+    return build_model("micro")
+
+
 def _cfg(**kw):
     base = dict(cycles=1, updates_per_cycle=1, episodes_per_batch=4, max_new_tokens=12, reward="toy_even_tokens",
                 save_model_every_cycle=False, validate_logs=False, mlflow=False)
@@ -51,10 +60,10 @@ def _perturb(trainer, seed=3):
                 p.add_(torch.randn(p.shape, generator=g) * 0.05)
 
 
-def test_one_update_moves_every_trainable_parameter_and_no_frozen_one(tmp_path):
+def test_one_update_moves_every_trainable_parameter_and_no_frozen_one(tmp_path, micro):
     from omtr.rl.trainer import Trainer
 
-    tr = Trainer(_cfg(validate_logs=True), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True)
+    tr = Trainer(_cfg(validate_logs=True), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True, model=micro)
     _perturb(tr)
     frozen = {n: p.detach().clone() for n, p in tr.backend.mods.named_parameters() if not p.requires_grad}
     assert frozen, "the micro profile freezes the backbone"
@@ -83,11 +92,11 @@ def test_one_update_moves_every_trainable_parameter_and_no_frozen_one(tmp_path):
     assert df.loc[df.role == "actor", "reward"].notna().all()
 
 
-def test_judge_loss_falls_on_fixed_labelled_data(tmp_path):
+def test_judge_loss_falls_on_fixed_labelled_data(tmp_path, micro):
     from omtr.inference import prompts as P
     from omtr.rl.trainer import Trainer
 
-    tr = Trainer(_cfg(lr=3e-3), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True)
+    tr = Trainer(_cfg(lr=3e-3), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True, model=micro)
     good = "(define (domain d) (:predicates (p)) (:action a :parameters () :precondition (p) :effect (not (p))))"
     bad = "(define (domain d) (:predicates (p) (:action"
     prompts, labels = [], []
@@ -101,7 +110,7 @@ def test_judge_loss_falls_on_fixed_labelled_data(tmp_path):
     assert all((si > 0.5) == y for si, y in zip(s.tolist(), labels))
 
 
-def test_trainer_cannot_read_references(tmp_path):
+def test_trainer_cannot_read_references(tmp_path, micro):
     from omtr.rl.trainer import Trainer
     from omtr.tasks.records import Task  # evaluation side: only this test touches it
     from omtr.tasks.training import load_training_tasks
@@ -118,7 +127,7 @@ def test_trainer_cannot_read_references(tmp_path):
     with pytest.raises(TypeError, match="TrainingTask"):
         Trainer(_cfg(), [Task.__new__(Task)], tmp_path / "x", env=NoPlanner())
     run = tmp_path / "run"
-    tr = Trainer(_cfg(validate_logs=True), tasks, run, env=NoPlanner(), quiet=True)
+    tr = Trainer(_cfg(validate_logs=True), tasks, run, env=NoPlanner(), quiet=True, model=micro)
     assert tr.run() == "finished"
     for p in run.rglob("*"):
         if p.is_file():
