@@ -433,6 +433,7 @@ class Trainer:
                             add(k, v, len(chunk))
                     elif kind == "judge":
                         s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
+                        tokens_done += sum(len(x) for x in self.models["judge"].encode_prompts([ji.prompt for ji in chunk]))
                         labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
                         loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
                         judge_scores += s.detach().float().tolist()
