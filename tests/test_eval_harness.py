@@ -162,3 +162,20 @@ def test_generating_policies_see_only_the_nl_task(tasks, pool, tmp_path):
     for t in few:
         assert t.reference.problem.strip()[:60] not in text
     assert answer_text("(define (domain d))", "(define (problem p))").count("```pddl") == 2
+
+
+def test_transfer_tasks_are_scored_by_the_task_suites_scorers(pool, tmp_path):
+    from omtr.tasks.transfer import BENCHMARKS
+
+    tasks = []
+    for name, n in (("prontoqa", 3), ("trip", 2), ("calendar", 2)):
+        b = BENCHMARKS[name]
+        tasks += b.to_tasks(b.generate(n, 1))
+    m = evaluate(tasks, make_policy("oracle", tasks=tasks), tmp_path / "oracle", env=pool, config=FAST)
+    assert m["transfer"]["overall"]["exact_match"]["value"] == 1.0 and m["success"] is None
+    assert set(m["transfer"]["families"]) == {"prontoqa", "natural_plan_trip", "natural_plan_calendar"}
+    wrong = tmp_path / "answers.jsonl"
+    wrong.write_text("".join(json.dumps({"id": t.id, "answer": "I do not know"}) + "\n" for t in tasks[:4]))
+    m = evaluate(tasks, make_policy(f"file:{wrong}", tasks=tasks), tmp_path / "file", env=pool, config=FAST)
+    t = m["transfer"]["overall"]
+    assert t["exact_match"]["value"] == 0.0 and t["answered"] == 4 and t["tasks"] == 7
