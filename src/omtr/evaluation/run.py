@@ -18,6 +18,7 @@ PLAN) are answered in text and scored with the task suite's scorers.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -55,10 +56,15 @@ class EvalConfig:
             raise ValueError("batch_size must be at least 1")
 
 
-def is_transfer(task) -> bool:
-    from omtr.tasks.transfer import _BY_FAMILY
+def transfer_benchmarks() -> dict:
+    """family -> the transfer benchmark (with its scorer)."""
+    from omtr.tasks.transfer import BENCHMARKS
 
-    return (task.family or "") in _BY_FAMILY and task.reference is None
+    return {b.family: b for b in BENCHMARKS.values()}
+
+
+def is_transfer(task) -> bool:
+    return (task.family or "") in transfer_benchmarks() and task.reference is None
 
 
 def finished(path: Path) -> dict[str, dict]:
@@ -114,13 +120,12 @@ def text_answers(policy, tasks: Sequence, sampling) -> dict[str, str]:
         return {t.id: policy.answer(t) for t in tasks}
     msgs = [[{"role": "user", "content": t.nl}] for t in tasks]
     backend = getattr(policy, "backend", None)
-    if backend is not None:
+    if backend is not None:  # a baseline: ask its LLM directly
         gens = backend.chat(msgs, sampling)
+    elif "grammar" in inspect.signature(policy.generate).parameters:  # the role model: free text, no PDDL grammar
+        gens = policy.generate("actor", msgs, sampling, grammar=False)
     else:
-        try:
-            gens = policy.generate("actor", msgs, sampling, grammar=False)
-        except TypeError:
-            gens = policy.generate("actor", msgs, sampling)
+        gens = policy.generate("actor", msgs, sampling)
     return {t.id: g.text for t, g in zip(tasks, gens)}
 
 
@@ -180,13 +185,12 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                          judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
         timing["loop_s"] = time.perf_counter() - tl
         if transfer:
-            from omtr.tasks.transfer import _BY_FAMILY
-
+            benches = transfer_benchmarks()
             tt = time.perf_counter()
             answers = text_answers(policy, transfer, sampling)
             for t in transfer:
                 ans = answers.get(t.id)
-                ok = bool(ans) and _BY_FAMILY[t.family].score(t, ans)
+                ok = bool(ans) and benches[t.family].score(t, ans)
                 write({"id": t.id, "family": t.family, "kind": "transfer", "policy": name, "answer": ans,
                        "answered": bool(ans), "correct": ok})
             timing["transfer_s"] = time.perf_counter() - tt

@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -165,10 +166,10 @@ class HFBackend:
     def chat(self, prompts, sampling, *, stop_when=None, grammar=False):
         if not prompts:
             return []
-        try:
-            return self.model.generate("actor", list(prompts), sampling, stop_when=stop_when, grammar=grammar)
-        except TypeError:  # a policy without a grammar switch
-            return self.model.generate("actor", list(prompts), sampling, stop_when=stop_when)
+        model = self.model
+        if "grammar" in inspect.signature(model.generate).parameters:
+            return model.generate("actor", list(prompts), sampling, stop_when=stop_when, grammar=grammar)
+        return model.generate("actor", list(prompts), sampling, stop_when=stop_when)  # no grammar switch
 
 
 @register_backend("hf", "local Hugging Face model: hf:small (SmolLM2), hf:micro, hf:DIR")

@@ -95,12 +95,10 @@ def make_policy(name: str, *, tasks: Sequence = (), model: str | None = None, ba
                 **options):
     """The policy called ``name`` (``kind`` or ``kind:arg``; baselines case-insensitive: CoT, ToT,
     LLM+P, Self-Refine+Solver). ``backend`` (a name such as ``hf:small`` or a backend object) is what
-    baselines run on; ``model`` is the ``model`` policy's directory or profile."""
-    kind, _, arg = name.partition(":")
-    key = kind.lower()
-    key = ALIASES.get(key, key)
-    if name.lower() in ALIASES or name.lower() in BASELINES:
-        key, arg = ALIASES.get(name.lower(), name.lower()), ""
+    baselines run on (``cot:hf:micro`` names one inline); ``model`` is the ``model`` policy's
+    directory or profile."""
+    kind, _, arg = name.partition(":")  # "mutant:drop_goal_atom", "file:PATH", "cot:hf:small"
+    key = ALIASES.get(kind.lower(), kind.lower())
     if key not in POLICIES:
         raise UnknownPolicy(f"unknown policy {name!r}; choose from {', '.join(POLICIES)} "
                             f"(backends for baselines: {', '.join(BACKEND_HELP)})")
