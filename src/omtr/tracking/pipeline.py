@@ -1,0 +1,325 @@
+"""The main job: prepare -> train -> evaluate -> validate -> register -> promote, as nested MLflow runs.
+
+Each step is one ``omtr`` subcommand run as a subprocess inside its own nested run (the subcommand
+joins that run through ``MLFLOW_RUN_ID``). Steps hand over their outputs as MLflow run artifacts:
+a step downloads what it needs from the earlier steps' runs, never from their working folders.
+
+Content keys: a step's key hashes its parameters with the keys of the steps it reads from. A step
+whose key already has a finished run (tag ``omtr.step_done``) is not run again; a nested run tagged
+``omtr.reused_run`` points at the finished one. Training works in ``WORK/train-KEY``; a killed
+training step leaves its checkpoints there and an unfinished run with its key, which the next
+``omtr pipeline`` reopens and continues with ``omtr train --resume``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+log = logging.getLogger("omtr.pipeline")
+
+STEPS = ("prepare", "train", "evaluate", "validate", "register", "promote")
+KEY_TAG, DONE_TAG, STEP_TAG, REUSED_TAG = "omtr.step_key", "omtr.step_done", "omtr.step", "omtr.reused_run"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything the main job's result depends on (and so its content keys)."""
+
+    profile: str = "small"  # training profile (small, paper, micro); also the model unless `model` is set
+    model: str = ""  # model directory or profile to start from ("": the profile's)
+    family: str = "blocksworld"  # task family for generated tasks
+    n_train: int = 8  # training tasks
+    n_val: int = 4  # validation tasks
+    min_objects: int = 2
+    max_objects: int = 4
+    seed: int = 0
+    train_set: tuple[str, ...] = ()  # extra `omtr train --set k=v`
+    eval_budget: int = 2  # planner calls per validation task
+    eval_max_new_tokens: int = 200  # token limit per answer in evaluation and serving
+    bootstrap: int = 1000
+    name: str = "omtr-role-model"  # registered model
+    rule: str = "point"  # promotion rule (point, ci)
+    serve_budget: int = 6  # planner calls per served task
+
+    def __post_init__(self) -> None:
+        if self.n_train < 1 or self.n_val < 1:
+            raise ValueError("n_train and n_val must be at least 1")
+        if self.rule not in ("point", "ci"):
+            raise ValueError(f"unknown promotion rule {self.rule!r}; choose point or ci")
+        if self.eval_budget < 1 or self.serve_budget < 1:
+            raise ValueError("eval_budget and serve_budget must be at least 1")
+
+
+# What `-P profile=paper` changes when the caller leaves the numbers at the small defaults.
+PROFILE_DEFAULTS = {
+    "small": {},
+    "micro": {"n_train": 4, "n_val": 2, "eval_max_new_tokens": 24, "bootstrap": 200,
+              "train_set": ("cycles=1", "updates_per_cycle=1")},
+    "paper": {"n_train": 1000, "n_val": 100, "max_objects": 6, "eval_budget": 6, "eval_max_new_tokens": 700},
+}
+
+
+def for_profile(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with its profile's defaults filled in where ``cfg`` still has the small ones."""
+    base = PipelineConfig()
+    over = {k: v for k, v in PROFILE_DEFAULTS.get(cfg.profile, {}).items() if getattr(cfg, k) == getattr(base, k)}
+    return replace(cfg, **over)
+
+
+def _key(step: str, params: dict) -> str:
+    blob = json.dumps({"step": step, **params}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class StepResult:
+    step: str
+    key: str
+    run_id: str  # the run that holds the step's outputs (the reused one when skipped)
+    skipped: bool
+    info: dict = field(default_factory=dict)
+
+
+class Pipeline:
+    def __init__(self, cfg: PipelineConfig, work: str | Path, *, experiment: str = "omtr-main",
+                 tracking_uri: str | None = None, quiet: bool = False, steps: tuple[str, ...] = STEPS):
+        import mlflow
+
+        from omtr.paths import default_tracking_uri
+
+        self.cfg, self.work, self.experiment, self.quiet = cfg, Path(work).resolve(), experiment, quiet
+        self.uri = tracking_uri or default_tracking_uri()
+        self.steps = steps
+        self.mlflow = mlflow
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_registry_uri(self.uri)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.results: dict[str, StepResult] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _say(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def _find(self, key: str, *, done: bool):
+        """The newest run of this experiment with this key (finished ones only when ``done``)."""
+        filt = f"tags.`{KEY_TAG}` = '{key}'"
+        if done:
+            filt += f" and tags.`{DONE_TAG}` = 'true'"
+        runs = self.mlflow.search_runs(experiment_ids=[self.exp_id], filter_string=filt,
+                                       order_by=["attributes.start_time DESC"], max_results=1, output_format="list")
+        return runs[0] if runs else None
+
+    def _omtr(self, args: list[str], run_id: str, *, ok=(0,)) -> int:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.uri, "MLFLOW_RUN_ID": run_id,
+               "MLFLOW_EXPERIMENT_ID": self.exp_id}
+        cmd = [sys.executable, "-m", "omtr", *(["-q"] if self.quiet else []), *args]
+        self._say("  $ omtr " + " ".join(args))
+        rc = subprocess.run(cmd, env=env).returncode
+        if rc not in ok:
+            raise StepFailed(f"`omtr {' '.join(args)}` exited with status {rc}")
+        return rc
+
+    def _download(self, run_id: str, path: str) -> Path:
+        dst = self.work / "artifacts" / run_id
+        dst.mkdir(parents=True, exist_ok=True)
+        return Path(self.mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst)))
+
+    def _step(self, step: str, params: dict, body) -> StepResult:
+        """Run ``body(run_id, key) -> info`` in a nested run unless a finished run has the same key."""
+        mlflow = self.mlflow
+        key = _key(step, params)
+        done = self._find(key, done=True)
+        if done is not None:
+            with mlflow.start_run(run_name=f"{step} (reused)", nested=True) as r:
+                mlflow.set_tags({STEP_TAG: step, KEY_TAG + ".reused": key, REUSED_TAG: done.info.run_id})
+            self._say(f"[{step}] identical inputs already finished in run {done.info.run_id}: skipped")
+            info = json.loads(done.data.tags.get("omtr.step_info", "{}"))
+            res = StepResult(step, key, done.info.run_id, True, info)
+            self.results[step] = res
+            return res
+        unfinished = self._find(key, done=False)
+        if unfinished is not None and step == "train":
+            run = mlflow.start_run(run_id=unfinished.info.run_id, nested=True)
+            self._say(f"[{step}] continuing unfinished run {unfinished.info.run_id}")
+        else:
+            run = mlflow.start_run(run_name=step, nested=True)
+            mlflow.set_tags({STEP_TAG: step, KEY_TAG: key})
+            mlflow.log_params({f"{step}.{k}": (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v)
+                               for k, v in params.items() if not k.endswith("_key")})
+        run_id = run.info.run_id
+        self._say(f"[{step}] run {run_id}")
+        try:
+            info = body(run_id, key) or {}
+        except BaseException:
+            mlflow.end_run(status="FAILED" if step != "train" else "KILLED")
+            raise
+        # a subcommand may have ended the run from its own process: reopen to mark it done
+        mlflow.end_run()
+        with mlflow.start_run(run_id=run_id, nested=True):
+            mlflow.set_tags({DONE_TAG: "true", "omtr.step_info": json.dumps(info)[:4000]})
+        res = StepResult(step, key, run_id, False, info)
+        self.results[step] = res
+        return res
+
+    # ------------------------------------------------------------------ steps
+
+    def prepare(self) -> StepResult:
+        c = self.cfg
+        params = {"family": c.family, "n_train": c.n_train, "n_val": c.n_val, "min_objects": c.min_objects,
+                  "max_objects": c.max_objects, "seed": c.seed}
+
+        def body(run_id, key):
+            out = self.work / f"prepare-{key}"
+            out.mkdir(parents=True, exist_ok=True)
+            for split, n in (("train", c.n_train), ("val", c.n_val)):
+                self._omtr(["tasks", "generate", "--family", c.family, "--n", str(n), "--seed", str(c.seed),
+                            "--split", split, "--min-objects", str(c.min_objects), "--max-objects",
+                            str(c.max_objects), "--out", str(out / f"{split}.jsonl")], run_id)
+            self.mlflow.log_artifacts(str(out), "tasks")
+            return {"train": "tasks/train.jsonl", "val": "tasks/val.jsonl"}
+
+        return self._step("prepare", params, body)
+
+    def train(self, prep: StepResult) -> StepResult:
+        c = self.cfg
+        sets = [*c.train_set, "save_model_every_cycle=true"]
+        params = {"prepare_key": prep.key, "profile": c.profile, "model": c.model, "set": list(sets)}
+
+        def body(run_id, key):
+            tasks = self._download(prep.run_id, "tasks/train.jsonl")
+            out = self.work / f"train-{key}"
+            if (out / "checkpoints").exists():
+                args = ["train", "--tasks", str(tasks), "--out", str(out), "--resume"]
+                self._say(f"[train] resuming from the checkpoint in {out}")
+            else:
+                args = ["train", "--tasks", str(tasks), "--out", str(out), "--profile", c.profile]
+                args += ["--model", c.model] if c.model else []
+                for s in sets:
+                    args += ["--set", s]
+            self._omtr(args, run_id)
+            if not (out / "model").is_dir():
+                raise StepFailed(f"training finished without a model directory in {out}")
+            self.mlflow.log_artifacts(str(out / "model"), "model")
+            self.mlflow.log_artifacts(str(out / "episodes"), "episodes")
+            for f in ("metrics.jsonl", "training_curve.png", "config.json"):
+                if (out / f).is_file():
+                    self.mlflow.log_artifact(str(out / f))
+            return {"model": "model", "episodes": "episodes"}
+
+        return self._step("train", params, body)
+
+    def evaluate(self, prep: StepResult, train: StepResult) -> StepResult:
+        c = self.cfg
+        params = {"prepare_key": prep.key, "train_key": train.key, "budget": c.eval_budget,
+                  "max_new_tokens": c.eval_max_new_tokens, "bootstrap": c.bootstrap, "seed": c.seed}
+
+        def body(run_id, key):
+            tasks = self._download(prep.run_id, "tasks/val.jsonl")
+            model = self._download(train.run_id, "model")
+            out = self.work / f"evaluate-{key}"
+            self._omtr(["evaluate", "--policy", "model", "--model", str(model), "--tasks", str(tasks), "--out",
+                        str(out), "--budget", str(c.eval_budget), "--max-new-tokens", str(c.eval_max_new_tokens),
+                        "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track"], run_id)
+            m = json.loads((out / "metrics.json").read_text())
+            return {k: m.get(k) for k in ("success", "faithful", "drift", "calls", "tasks")}
+
+        return self._step("evaluate", params, body)
+
+    def validate(self, train: StepResult, ev: StepResult) -> StepResult:
+        params = {"train_key": train.key, "evaluate_key": ev.key}
+
+        def body(run_id, key):
+            logs = sorted(self._download(train.run_id, "episodes").rglob("*.parquet"))
+            try:
+                logs.append(self._download(ev.run_id, "episodes.parquet"))
+            except Exception as exc:  # an evaluation run without an episode log
+                raise StepFailed(f"the evaluation run {ev.run_id} has no episodes.parquet ({exc})") from None
+            out = self.work / f"validate-{key}"
+            out.mkdir(parents=True, exist_ok=True)
+            failed = []
+            for i, f in enumerate(logs):
+                report = out / f"{i:03d}-{f.stem}.json"
+                rc = self._omtr(["validate-episodes", str(f), "--json", str(report)], run_id, ok=(0, 1))
+                if rc:
+                    failed.append(str(f))
+            self.mlflow.log_artifacts(str(out), "validation")
+            self.mlflow.log_metrics({"logs_checked": len(logs), "logs_failed": len(failed)})
+            if failed:
+                raise StepFailed(f"episode logs failed validation: {failed} (reports in {out})")
+            return {"logs": len(logs)}
+
+        return self._step("validate", params, body)
+
+    def register(self, train: StepResult, ev: StepResult, val: StepResult) -> StepResult:
+        c = self.cfg
+        params = {"train_key": train.key, "evaluate_key": ev.key, "validate_key": val.key, "name": c.name,
+                  "serve_budget": c.serve_budget, "max_new_tokens": c.eval_max_new_tokens}
+
+        def body(run_id, key):
+            model = self._download(train.run_id, "model")
+            metrics = self._download(ev.run_id, "metrics.json")
+            out = self.work / f"register-{key}.json"
+            self._omtr(["register", "--model-dir", str(model), "--name", c.name, "--metrics", str(metrics),
+                        "--train-run", train.run_id, "--eval-run", ev.run_id, "--budget", str(c.serve_budget),
+                        "--max-new-tokens", str(c.eval_max_new_tokens), "--json", str(out)], run_id)
+            r = json.loads(out.read_text())
+            return {"name": r["name"], "version": r["version"], "model_uri": r["model_uri"]}
+
+        return self._step("register", params, body)
+
+    def promote(self, reg: StepResult) -> StepResult:
+        c = self.cfg
+        params = {"register_key": reg.key, "rule": c.rule}
+
+        def body(run_id, key):
+            out = self.work / f"promote-{key}.json"
+            rc = self._omtr(["promote", "--name", reg.info["name"], "--version", str(reg.info["version"]),
+                             "--rule", c.rule, "--json", str(out)], run_id, ok=(0, 1))
+            d = json.loads(out.read_text())
+            return {"promoted": rc == 0, "reason": d["reason"], "version": reg.info["version"]}
+
+        return self._step("promote", params, body)
+
+    # ------------------------------------------------------------------ the whole job
+
+    def run(self) -> dict:
+        from omtr.tracking import start_run
+
+        mlflow = self.mlflow
+        with start_run(self.experiment, f"main-{self.cfg.profile}", self.uri) as parent:
+            self.exp_id = parent.info.experiment_id
+            mlflow.log_params({f"pipeline.{k}": (json.dumps(v) if isinstance(v, tuple) else v)
+                               for k, v in asdict(self.cfg).items()})
+            mlflow.set_tag("omtr.pipeline", "main")
+            prep = self.prepare()
+            if "train" in self.steps:
+                tr = self.train(prep)
+                if "evaluate" in self.steps:
+                    ev = self.evaluate(prep, tr)
+                    va = self.validate(tr, ev) if "validate" in self.steps else None
+                    if va and "register" in self.steps:
+                        reg = self.register(tr, ev, va)
+                        if "promote" in self.steps:
+                            self.promote(reg)
+            summary = {s: {"run_id": r.run_id, "skipped": r.skipped, **r.info} for s, r in self.results.items()}
+            mlflow.log_dict(summary, "pipeline.json")
+            for s, r in self.results.items():
+                mlflow.set_tag(f"step.{s}.run_id", r.run_id)
+            if "evaluate" in self.results:
+                mlflow.log_metrics({k: float(v) for k, v in self.results["evaluate"].info.items()
+                                    if isinstance(v, (int, float)) and v is not None})
+            summary["parent_run_id"] = parent.info.run_id
+        return summary
+
+
+class StepFailed(Exception):
+    """A step's command failed; the message names it. Finished steps are kept for the next run."""
