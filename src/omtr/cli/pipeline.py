@@ -28,7 +28,8 @@ def register(sub) -> None:
         examples=EXAMPLES,
     )
     p.add_argument("--profile", default="small", choices=("small", "micro", "paper"), help="training profile (default small)")
-    p.add_argument("--model", default="", metavar="DIR|PROFILE", help="model to start from (default: the profile's)")
+    p.add_argument("--model", default="profile", metavar="DIR|PROFILE",
+                   help="model to start from (default `profile`: the training profile's own model)")
     p.add_argument("--family", default="blocksworld", help="task family (default blocksworld)")
     p.add_argument("--n-train", type=int, default=8, help="training tasks (default 8; paper 1000)")
     p.add_argument("--n-val", type=int, default=4, help="validation tasks (default 4; paper 100)")
@@ -62,7 +63,7 @@ def run(args) -> int:
         raise CliError(f"unknown step(s) {bad}; choose from {', '.join(STEPS)}")
     try:
         cfg = for_profile(PipelineConfig(
-            profile=args.profile, model=args.model, family=args.family, n_train=args.n_train, n_val=args.n_val,
+            profile=args.profile, model="" if args.model.strip("'\"") in ("", "profile") else args.model, family=args.family, n_train=args.n_train, n_val=args.n_val,
             min_objects=args.min_objects, max_objects=args.max_objects, seed=args.seed,
             train_set=tuple(args.train_set), eval_budget=args.eval_budget, eval_max_new_tokens=args.max_new_tokens,
             bootstrap=args.bootstrap, name=args.name, rule=args.rule, serve_budget=args.serve_budget))

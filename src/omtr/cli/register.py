@@ -53,6 +53,9 @@ def run(args) -> int:
             metrics = json.loads(Path(args.metrics).read_text())
         except (OSError, ValueError) as exc:
             raise CliError(f"--metrics {args.metrics}: cannot read ({exc})") from None
+    for flag in ("train_run", "eval_run"):  # `none` (the MLproject default) or empty: no link
+        if (getattr(args, flag) or "").strip("'\"").lower() in ("", "none"):
+            setattr(args, flag, None)
     from omtr.tracking.pyfunc import ServingLimits
     from omtr.tracking.registry import PromotionError, promote, register
 
