@@ -80,6 +80,8 @@ def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str,
             families = model_input["family"].tolist()
     elif isinstance(model_input, pd.Series):
         items = model_input.tolist()
+    elif hasattr(model_input, "tolist"):  # a numpy array
+        items = list(model_input.tolist())
     elif isinstance(model_input, dict):
         if INPUT_COLUMN not in model_input:
             raise _bad(f"the input has keys {list(model_input)[:5]}; send {{'task': [...]}}")
@@ -96,7 +98,8 @@ def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str,
     out = []
     for i, t in enumerate(items):
         if not isinstance(t, str):
-            raise _bad(f"task {i} is {type(t).__name__}, not text; send natural-language tasks as strings")
+            kind = "a number" if isinstance(t, (int, float)) or hasattr(t, "dtype") else type(t).__name__
+            raise _bad(f"task {i} is {kind}, not text; send natural-language tasks as strings")
         if not t.strip():
             raise _bad(f"task {i} is empty; send a natural-language planning task")
         if len(t) > limits.max_task_chars:
@@ -183,9 +186,11 @@ def signature():
     """Input: natural-language tasks (a string, a list of strings or one text column); output: one row per task (see :data:`OUTPUT_COLUMNS`);
     params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a budget may not exceed it)."""
     from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import AnyType, Array, ColSpec, ParamSchema, ParamSpec, Schema
 
-    inputs = Schema([ColSpec("string")])  # unnamed: a string, a list of strings or one column
+    # Unnamed and untyped on purpose: a string, a list or one column reaches predict as sent, so
+    # that a number is rejected as "not text" instead of being cast to the string "1".
+    inputs = Schema([ColSpec(AnyType())])
     outputs = Schema([
         ColSpec("string", "task"), ColSpec("string", "domain"), ColSpec("string", "problem"),
         ColSpec(Array("string"), "plan"), ColSpec("boolean", "success"), ColSpec("double", "judge_score"),
