@@ -1,0 +1,128 @@
+"""The main job against an MLflow tracking server whose backend store is a real PostgreSQL and whose
+artifacts the server serves (`--serve-artifacts`). PostgreSQL (Debian's package) is started by the
+test in a temporary folder as a non-root user; the pipeline runs on the `micro` profile (a random
+tiny model: the plumbing, not the learning)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("psycopg2", reason="psycopg2-binary is needed for a PostgreSQL backend store")
+
+pytestmark = pytest.mark.slow
+
+NAME = "omtr-role-model-pg-test"
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run as `nobody` then."""
+    if os.geteuid() != 0:
+        return cmd
+    return ["runuser", "-u", "nobody", "--", *cmd]
+
+
+@pytest.fixture()
+def postgres(tmp_path):
+    bin_dir = _pg_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; .ci/run does it)")
+    # a folder `nobody` can reach (pytest's tmp_path sits under a 0700 folder)
+    root = Path(tempfile.mkdtemp(prefix="omtr-pg-"))
+    os.chmod(root, 0o755)
+    data = root / "data"
+    data.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(data, "nobody", "nogroup")
+    port = _port()
+    subprocess.run(_as_user([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "omtr", "--no-sync"]),
+                   check=True, capture_output=True, cwd=root)
+    subprocess.run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "log.txt"), "-w", "-o",
+                             f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
+                   check=True, capture_output=True, cwd=root)
+    try:
+        yield f"postgresql://omtr@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture()
+def tracking_server(postgres, tmp_path):
+    port = _port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
+        env.pop(k, None)
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([os.path.join(bin_dir, "mlflow"), "server", "--backend-store-uri", postgres,
+                             "--serve-artifacts", "--artifacts-destination", str(tmp_path / "artifacts"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() - t0 < 120, "tracking server not ready in 120 s"
+        time.sleep(0.5)
+    try:
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()
+
+
+def test_main_against_a_postgres_backed_server(tracking_server, tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_server}
+    for k in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "omtr", "-q", "pipeline", "--profile", "micro", "--n-train", "4", "--n-val", "2",
+           "--max-new-tokens", "16", "--bootstrap", "50", "--name", NAME, "--work", str(tmp_path / "work")]
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads(r.stdout[r.stdout.index("{"): r.stdout.rindex("}") + 1])
+    client = mlflow.MlflowClient(tracking_uri=tracking_server, registry_uri=tracking_server)
+    parent = client.get_run(summary["parent_run_id"])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "validate", "register", "promote"}
+    assert parent.info.artifact_uri.startswith("mlflow-artifacts:")  # served by the server, not a local path
+    ev = summary["evaluate"]["run_id"]
+    assert "report.html" in {f.path for f in client.list_artifacts(ev)}
+    assert client.get_model_version_by_alias(NAME, "champion").version == "1"
+    # nothing was written to a local store: the runs live in PostgreSQL
+    assert not (tmp_path / "mlruns.db").exists()
