@@ -22,7 +22,7 @@ import pytest
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("psycopg2", reason="psycopg2-binary is needed for a PostgreSQL backend store")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 NAME = "omtr-role-model-pg-test"
 

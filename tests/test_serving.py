@@ -25,7 +25,7 @@ import pytest
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("torch")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 NAME = "omtr-role-model-serving-test"
 
