@@ -1,0 +1,70 @@
+"""Fast checks of the serving input rules and the pipeline's content keys (no model, no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("mlflow")
+
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+from omtr.tracking.pipeline import PipelineConfig, _key, for_profile  # noqa: E402
+from omtr.tracking.pyfunc import ServingLimits, signature, tasks_from_input  # noqa: E402
+
+LIM = ServingLimits(max_tasks=3, max_task_chars=20)
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("stack a on b", [("stack a on b", None)]),
+    (["t1", "t2"], [("t1", None), ("t2", None)]),
+    (pd.DataFrame({"task": ["t1"], "family": ["gripper"]}), [("t1", "gripper")]),
+    (pd.DataFrame({0: ["t1", "t2"]}), [("t1", None), ("t2", None)]),
+    (pd.Series(["t1"]), [("t1", None)]),
+    (np.array(["t1", "t2"]), [("t1", None), ("t2", None)]),
+    ({"task": ["t1"]}, [("t1", None)]),
+])
+def test_accepted_inputs(given, expected):
+    assert tasks_from_input(given, LIM) == expected
+
+
+@pytest.mark.parametrize("given, words", [
+    ([], "no tasks"),
+    (pd.DataFrame({"task": []}), "no tasks"),
+    ([""], "task 0 is empty"),
+    (["ok", "   "], "task 1 is empty"),
+    (["x" * 21], "21 characters, at most 20"),
+    (["a", "b", "c", "d"], "too many tasks: 4 in one request, at most 3"),
+    ([1], "task 0 is a number, not text"),
+    (pd.DataFrame({0: [1.5]}), "a number, not text"),
+    ([{"nested": 1}], "task 0 is dict, not text"),
+    (pd.DataFrame({"a": ["x"], "b": ["y"]}), "send one column named 'task'"),
+    ({"other": ["x"]}, "send {'task': [...]}"),
+    (42, "tasks must be text"),
+])
+def test_rejected_inputs_say_why(given, words):
+    with pytest.raises(MlflowException) as e:
+        tasks_from_input(given, LIM)
+    assert e.value.error_code == "INVALID_PARAMETER_VALUE"  # the scoring server answers 400
+    assert words in e.value.message
+
+
+def test_limits_and_signature():
+    with pytest.raises(ValueError, match="budget must be at least 1"):
+        ServingLimits(budget=0)
+    sig = signature()
+    assert [c.name for c in sig.outputs.inputs][:3] == ["task", "domain", "problem"]
+    assert {p.name for p in sig.params.params} == {"budget", "max_new_tokens"}
+
+
+def test_content_keys_and_profiles():
+    a = {"family": "blocksworld", "n": 8}
+    assert _key("prepare", a) == _key("prepare", dict(reversed(list(a.items()))))  # order does not matter
+    assert _key("prepare", a) != _key("prepare", {**a, "n": 9}) != _key("train", a)
+    micro = for_profile(PipelineConfig(profile="micro"))
+    assert micro.n_train == 4 and micro.eval_max_new_tokens == 24
+    assert for_profile(PipelineConfig(profile="micro", n_train=6)).n_train == 6  # explicit values win
+    assert for_profile(PipelineConfig(profile="paper")).eval_budget == 6
+    with pytest.raises(ValueError, match="unknown promotion rule"):
+        PipelineConfig(rule="best")
