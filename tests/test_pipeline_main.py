@@ -60,7 +60,7 @@ def test_main_chain_nested_runs_registry_and_rule(tmp_path):
     assert "pipeline.json" in files(parent)
 
     champion = client.get_model_version_by_alias(NAME, "champion")
-    assert champion.version == "1" and first["promote"]["promoted"]
+    assert str(champion.version) == "1" and first["promote"]["promoted"]
     assert champion.tags["omtr.train_run_id"] == steps["train"].info.run_id
     assert champion.tags["omtr.eval_run_id"] == steps["evaluate"].info.run_id
     assert float(champion.tags["metric.calls"]) == 2.0  # micro never succeeds: every task used its budget
@@ -73,7 +73,7 @@ def test_main_chain_nested_runs_registry_and_rule(tmp_path):
     assert second["prepare"]["run_id"] == steps["prepare"].info.run_id
     assert not second["evaluate"]["skipped"] and second["register"]["version"] == "2"
     assert second["promote"]["promoted"] and "fewer" in second["promote"]["reason"]
-    assert client.get_model_version_by_alias(NAME, "champion").version == "2"
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "2"
     children2 = client.search_runs([exp], f"tags.mlflow.parentRunId = '{second['parent_run_id']}'")
     reused = [r for r in children2 if r.data.tags.get("omtr.reused_run")]
     assert {r.data.tags["omtr.step"] for r in reused} == {"prepare", "train"}

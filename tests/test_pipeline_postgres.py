@@ -123,6 +123,6 @@ def test_main_against_a_postgres_backed_server(tracking_server, tmp_path):
     assert parent.info.artifact_uri.startswith("mlflow-artifacts:")  # served by the server, not a local path
     ev = summary["evaluate"]["run_id"]
     assert "report.html" in {f.path for f in client.list_artifacts(ev)}
-    assert client.get_model_version_by_alias(NAME, "champion").version == "1"
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
     # nothing was written to a local store: the runs live in PostgreSQL
     assert not (tmp_path / "mlruns.db").exists()
