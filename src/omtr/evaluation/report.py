@@ -244,7 +244,7 @@ def comparison_tables(runs: Sequence[tuple[str, dict]]) -> list[tuple[str, list[
     for name, m in runs:
         j = (m.get("overall") or {}).get("judge")
         rows.append([name] + ([f"{j[g]['mean']}±{j[g]['sd']}" if j[g]["n"] else "–" for g in ("U", "D", "F")]
-                              + [str(j["auc_f_vs_d"])] if j else ["–"] * 4))
+                              + [str(j["auc_f_vs_d"]) if j["auc_f_vs_d"] is not None else "–"] if j else ["–"] * 4))
     tables.append(("Judge scores (mean±sd) and D-vs-F AUC", ["run", "U", "D", "F", "AUC"], rows))
     if any(m.get("transfer") for _, m in runs):
         tf = sorted({f for _, m in runs for f in ((m.get("transfer") or {}).get("families") or {})})
