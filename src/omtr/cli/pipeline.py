@@ -15,7 +15,7 @@ outputs over as run artifacts. A step whose inputs are identical to a finished o
 a killed training step continues from its checkpoint (WORK/train-KEY) when run again.
 Tracking and registry: $MLFLOW_TRACKING_URI, else ./mlruns.db. Then:
   mlflow ui --backend-store-uri sqlite:///mlruns.db --workers 1
-  mlflow models serve -m models:/omtr-role-model@champion --env-manager local --port 5001
+  MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT=600 mlflow models serve -m models:/omtr-role-model@champion --env-manager local --port 5001
 """
 
 
