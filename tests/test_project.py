@@ -49,13 +49,13 @@ def test_demo_logs_metrics_and_artifacts_to_mlflow(tmp_path):
 
 
 @pytest.mark.slow
-def test_mlflow_run_main_entry_point(tmp_path):
+def test_mlflow_run_demo_entry_point(tmp_path):
     mlflow_bin = Path(sys.executable).parent / "mlflow"
     if not mlflow_bin.exists():
         mlflow_bin = shutil.which("mlflow")
     env = _env(tmp_path)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    r = subprocess.run([str(mlflow_bin), "run", str(REPO), "-e", "main", "--env-manager", "local",
+    r = subprocess.run([str(mlflow_bin), "run", str(REPO), "-e", "demo", "--env-manager", "local",
                         "--experiment-name", "t-project", "-P", "n=2", "-P", "workers=1"],
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-3000:])
