@@ -64,7 +64,7 @@ def postgres(tmp_path):
                              f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]),
                    check=True, capture_output=True, cwd=root)
     try:
-        yield f"postgresql://omtr@127.0.0.1:{port}/postgres"
+        yield f"postgresql+psycopg2://omtr@127.0.0.1:{port}/postgres"  # SQLAlchemy 2.1 defaults to psycopg 3
     finally:
         subprocess.run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
                        capture_output=True)
