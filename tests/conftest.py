@@ -50,3 +50,16 @@ def planner_processes() -> list[int]:
         if mine:
             pids.append(int(entry))
     return pids
+
+
+@pytest.fixture(autouse=True)
+def _no_mlflow_environment_leaks():
+    """MLflow's fluent API writes the active experiment (and runs launched by ``mlflow run`` the
+    run) into ``os.environ``, where every later subprocess would inherit it and log into a store
+    it does not belong to. Each test starts and ends with the MLflow variables it found."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        if k not in before:
+            del os.environ[k]
+    os.environ.update(before)
