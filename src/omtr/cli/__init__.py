@@ -13,7 +13,7 @@ import logging
 import sys
 
 # Subcommands, in the order they appear in --help; "a-b" lives in the module omtr.cli.a_b.
-SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "model", "infer", "evaluate", "validate-episodes", "train", "register", "promote", "pipeline")
+SUBCOMMANDS = ("solve", "demo", "tasks", "faithful", "solver", "model", "infer", "evaluate", "validate-episodes", "train", "register", "promote", "pipeline", "deploy", "k8s")
 
 EPILOG = """examples:
   omtr demo                                   # the environment on bundled specs, logged to MLflow
