@@ -13,9 +13,13 @@ EXAMPLES = """  omtr solve domain.pddl problem.pddl
   omtr solve --batch specs.jsonl --out verdicts.jsonl --workers 2
   omtr solve --batch specs.jsonl --out verdicts.jsonl --resume   # continue a stopped batch
   omtr solve big-domain.pddl problem.pddl --max-file-bytes 1000000  # a file over the 256 KiB limit
+  omtr solve --batch specs.jsonl --out verdicts.shard-0.jsonl --shard 0/4   # every 4th line from the first
+  JOB_COMPLETION_INDEX=2 omtr solve --batch specs.jsonl --out v2.jsonl --shard-count 4   # an Indexed Job's pod
 
 Each batch line is {"id": ..., "domain": "<PDDL text>", "problem": "<PDDL text>"}; each output
 line is {"id": ..., <verdict>}. The exit status is 0 whenever verdicts were produced.
+With --shard I/N a batch takes only its share: the non-blank lines at positions I, I+N, I+2N, ...
+(counted from 0), so N runs with I = 0..N-1 verify every line exactly once.
 """
 
 
@@ -33,6 +37,9 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=1, help="solver worker processes (default 1)")
     p.add_argument("--solver-url", metavar="URL", help="verify --batch on a solver fleet (omtr solver serve) "
                    "instead of local workers (default: $OMTR_SOLVER_URL; token: $OMTR_SOLVER_TOKEN)")
+    p.add_argument("--shard", metavar="I/N", help="verify only shard I of N of --batch (lines I, I+N, ...; I from 0)")
+    p.add_argument("--shard-count", type=int, metavar="N", help="N shards, this one's index taken from "
+                   "$JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod)")
     p.add_argument("--resume", action="store_true", help="keep --out and skip ids already in it")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
@@ -64,10 +71,13 @@ def run(args) -> int:
     if args.workers < 1:
         raise CliError("--workers must be at least 1")
     cfg = _config(args)
+    shard = _shard(args)
     if args.batch:
         if args.domain or args.problem:
             raise CliError("give either DOMAIN PROBLEM or --batch, not both")
-        return _batch(args, cfg)
+        return _batch(args, cfg, shard)
+    if shard:
+        raise CliError("--shard and --shard-count split a --batch; one spec has nothing to split")
     if not (args.domain and args.problem):
         raise CliError("need DOMAIN and PROBLEM files (or --batch SPECS.jsonl); see omtr solve --help")
     domain, problem = read_input_file(args.domain), read_input_file(args.problem)
@@ -81,7 +91,36 @@ def run(args) -> int:
     return 0
 
 
-def _batch(args, cfg) -> int:
+def _shard(args) -> tuple[int, int] | None:
+    """(index, count) from --shard I/N, or from --shard-count N and $JOB_COMPLETION_INDEX; None: no sharding."""
+    if args.shard is None and args.shard_count is None:
+        return None
+    if args.shard is not None:
+        index_s, sep, count_s = args.shard.partition("/")
+        try:
+            index, count = int(index_s), int(count_s)
+        except ValueError:
+            raise CliError(f"--shard must be INDEX/COUNT such as 0/4, got {args.shard!r}") from None
+        if not sep:
+            raise CliError(f"--shard must be INDEX/COUNT such as 0/4, got {args.shard!r}")
+        if args.shard_count is not None and args.shard_count != count:
+            raise CliError(f"--shard {args.shard} and --shard-count {args.shard_count} disagree; give one of them")
+    else:
+        count = args.shard_count
+        env = os.environ.get("JOB_COMPLETION_INDEX")
+        if env is None:
+            raise CliError("--shard-count takes this shard's index from JOB_COMPLETION_INDEX, which is not set; "
+                           "pass --shard INDEX/COUNT instead")
+        try:
+            index = int(env)
+        except ValueError:
+            raise CliError(f"JOB_COMPLETION_INDEX={env!r} is not a number") from None
+    if count < 1 or not 0 <= index < count:
+        raise CliError(f"shard {index}/{count}: the count must be at least 1 and the index 0..{max(count - 1, 0)}")
+    return index, count
+
+
+def _batch(args, cfg, shard: tuple[int, int] | None = None) -> int:
     import logging
 
     from omtr.solver import SolverPool, Verdict
@@ -100,9 +139,13 @@ def _batch(args, cfg) -> int:
             raise CliError(f"{args.out} exists; pass --resume to continue it or --overwrite to replace it")
     items: list[tuple[str, object, object]] = []
     bad: list[tuple[str, str]] = []
+    position = -1  # of the non-blank lines, for --shard
     with open(args.batch, "rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
+                continue
+            position += 1
+            if shard and position % shard[1] != shard[0]:
                 continue
             try:
                 rec = json.loads(raw)
@@ -157,6 +200,7 @@ def _batch(args, cfg) -> int:
             out.flush()  # a killed run keeps every finished chunk; --resume continues
             bar.update(len(part))
         bar.close()
-    log.info("wrote %d verdicts to %s (%d malformed lines, %d skipped as done)",
-             len(items) + len(bad), args.out, len(bad), len(done))
+    log.info("wrote %d verdicts to %s (%d malformed lines, %d skipped as done%s)",
+             len(items) + len(bad), args.out, len(bad), len(done),
+             f"; shard {shard[0]}/{shard[1]}" if shard else "")
     return 0
