@@ -67,10 +67,9 @@ def validate_object(obj: dict, k8s_version: str = DEFAULT_K8S_VERSION) -> str | 
     except SchemaNotFoundError:
         return f"{name}: no schema for {obj.get('apiVersion')} {obj.get('kind')} in Kubernetes {k8s_version}; " \
                "vendor its CRD schema (see src/omtr/data/k8s/) before adding such objects"
-    except ValidationError as exc:
-        err = exc.caught
-        where = ".".join(map(str, getattr(err, "absolute_path", []))) or "(root)"
-        return f"{name}: {where}: {getattr(err, 'message', err)}"
+    except ValidationError as exc:  # a jsonschema error carrying the offending path
+        where = ".".join(map(str, exc.absolute_path)) or "(root)"
+        return f"{name}: {where}: {exc.message}"
     return None
 
 
