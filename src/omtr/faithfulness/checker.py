@@ -34,6 +34,7 @@ class DriftCategory(str, enum.Enum):
     GOAL_WEAKENED = "goal_weakened"
     GOAL_STRENGTHENED = "goal_strengthened"
     GOAL_CHANGED = "goal_changed"
+    GOAL_UNDECIDED = "goal_undecided"
     ACTION_MISSING = "action_missing"
     ACTION_EXTRA = "action_extra"
     PRECONDITION_DROPPED = "precondition_dropped"
@@ -159,7 +160,7 @@ def _check(task_reference, generated_spec, plan, started, validate_with_val) -> 
 
     findings: list[Finding] = []
     findings += _object_findings(ref, gen, mapping)
-    findings += _state_findings(ref, gen, mapping)
+    findings += _state_findings(ref, gen, mapping, (rd, rp), notes)
     findings += _action_findings(ref, gen, mapping)
     findings.sort(key=lambda f: _ORDER[f.category])
 
@@ -261,7 +262,7 @@ def _name(sym: str) -> str:
     return display(sym[4:]) + " (generated only)" if sym.startswith("gen:") else display(sym)
 
 
-def _state_findings(ref: NSpec, gen: NSpec, m: Mapping) -> list[Finding]:
+def _state_findings(ref: NSpec, gen: NSpec, m: Mapping, texts=None, notes=None) -> list[Finding]:
     tr = _gen_to_ref(gen, m)
     out: list[Finding] = []
     g_init = {tr(s, a) for s, a in gen.init}
@@ -291,21 +292,65 @@ def _state_findings(ref: NSpec, gen: NSpec, m: Mapping) -> list[Finding]:
         if extra_f:
             parts.append("extra " + ", ".join(_lit_text(_name(s) if s.startswith("gen:") else s, a) for s, a in extra_f[:6]))
         out.append(Finding(DriftCategory.INIT_CHANGED, "initial state differs: " + "; ".join(parts)))
+    if notes is None:
+        notes = []
 
     g_goal = {(*tr(s, a), p) for s, a, p in gen.goal}
     r_goal = set(ref.goal)
+    if g_goal == r_goal:
+        return out
+    init_same = not (missing or extra) and not object_diff(ref, gen, m)
+    if init_same and texts is not None and not gen.complex_goal and not any(
+            s.startswith("gen:") or any(x.startswith("gen:") for x in a) for s, a, _ in g_goal):
+        from omtr.faithfulness.goals import semantics_for
+
+        sem = semantics_for(ref, texts)
+        if sem.usable:
+            return out + _semantic_goal_findings(sem.compare(r_goal, g_goal), m, notes)
     gmiss, gextra = sorted(r_goal - g_goal), sorted(g_goal - r_goal)
     if gmiss or gextra:
-        def fmt(lits):
-            return ", ".join(_lit_text(_name(s) if s.startswith("gen:") else s, a, p) for s, a, p in lits[:6])
-
         if gmiss and not gextra:
-            out.append(Finding(DriftCategory.GOAL_WEAKENED, f"reference goal literal(s) missing: {fmt(gmiss)}"))
+            out.append(Finding(DriftCategory.GOAL_WEAKENED, f"reference goal literal(s) missing: {_fmt_goal(gmiss)}"))
         elif gextra and not gmiss:
-            out.append(Finding(DriftCategory.GOAL_STRENGTHENED, f"generated goal adds: {fmt(gextra)}"))
+            out.append(Finding(DriftCategory.GOAL_STRENGTHENED, f"generated goal adds: {_fmt_goal(gextra)}"))
         else:
-            out.append(Finding(DriftCategory.GOAL_CHANGED, f"goal missing {fmt(gmiss)}; adds {fmt(gextra)}"))
+            out.append(Finding(DriftCategory.GOAL_CHANGED, f"goal missing {_fmt_goal(gmiss)}; adds {_fmt_goal(gextra)}"))
     return out
+
+
+def _fmt_goal(lits) -> str:
+    lits = sorted(lits)
+    return ", ".join(_lit_text(_name(s) if s.startswith("gen:") else s, a, p) for s, a, p in lits[:6])
+
+
+def object_diff(ref: NSpec, gen: NSpec, m: Mapping) -> bool:
+    return len(m.objects) != len(ref.objects) or len(m.objects) != len(gen.objects)
+
+
+def _semantic_goal_findings(v, m: Mapping, notes: list[str]) -> list[Finding]:
+    """Findings from a comparison of the goals by the reachable states they accept (goals.py)."""
+    if v.status == "equivalent":
+        if v.symmetry:
+            # the goals agree up to a symmetry of the initial state: use the mapping that shows it
+            inv = {b: a for a, b in v.symmetry.items()}
+            m.objects = {r: m.objects[inv[r]] for r in m.objects}
+            notes.append("goal equal to the reference goal up to a symmetry of the initial state "
+                         f"({v.method} reasoning); object mapping chosen accordingly")
+        else:
+            notes.append(f"goal written differently from the reference goal but accepts the same reachable "
+                         f"states ({v.method} reasoning)")
+        return []
+    parts = []
+    if v.missing:
+        parts.append(f"reference goal literal(s) no longer required: {_fmt_goal(v.missing)}")
+    if v.extra:
+        parts.append(f"generated goal requires more: {_fmt_goal(v.extra)}")
+    if v.undecided:
+        parts.append(f"undecided within the reasoning limits: {_fmt_goal(v.undecided)}")
+    detail = "; ".join(parts) + f" ({v.method} reasoning)"
+    cat = {"weakened": DriftCategory.GOAL_WEAKENED, "strengthened": DriftCategory.GOAL_STRENGTHENED,
+           "changed": DriftCategory.GOAL_CHANGED, "undecided": DriftCategory.GOAL_UNDECIDED}[v.status]
+    return [Finding(cat, detail)]
 
 
 def _action_findings(ref: NSpec, gen: NSpec, m: Mapping) -> list[Finding]:

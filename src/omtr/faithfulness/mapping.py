@@ -18,7 +18,7 @@ Three layers, each chosen by structure, with lexical similarity only to break ex
    the anchors, then similar names; a large class of interchangeable objects with nothing to
    prefer is paired in one step. A bounded number of alternative tie choices is tried when the
    result is not exact, then a local repair (swaps, moves to unmapped objects) minimises the
-   weighted number of atoms without a counterpart (goal atoms weigh 3, init atoms 2). Refinement
+   weighted number of atoms without a counterpart (init atoms weigh 3, goal atoms 2). Refinement
    runs on three views (init+goal, init only, goal+types) and the best result wins; each stops
    early once it reaches the lower bound given by the predicate histograms.
 
@@ -88,11 +88,9 @@ def _pred_signature(spec: NSpec) -> dict[str, tuple]:
             for s, args in lits:
                 if s in feats:
                     feats[s][(role, act.arity, len(set(args)))] += 1
-    goal_syms = {g[0] for g in spec.goal}
-    return {
-        s: (spec.arity[s], s in spec.static, s in goal_syms, tuple(sorted(feats[s].items())))
-        for s in spec.arity
-    }
+    # domain-only: whether the goal mentions a predicate is left out, so that a goal written with
+    # other (e.g. implied) predicates does not move a predicate into another bucket
+    return {s: (spec.arity[s], s in spec.static, tuple(sorted(feats[s].items()))) for s in spec.arity}
 
 
 def _pred_stats(spec: NSpec) -> dict[str, tuple[int, int]]:
@@ -397,7 +395,7 @@ class _ObjectMatcher:
         # no mapping can do better than the difference of the (section, predicate) histograms
         hist = Counter((a[0], a[1]) for a in ratoms)
         hist.subtract(Counter((a[0], a[1]) for a in gatoms))
-        self.lower_bound = sum(abs(n) * (3 if key[0] != "i" else 2) for key, n in hist.items())
+        self.lower_bound = sum(abs(n) * (1 if key[0] != "i" else 10) for key, n in hist.items())
         if view is None:
             self.rview, self.gview = self.rocc, self.gocc
         else:
@@ -445,9 +443,11 @@ class _ObjectMatcher:
 
     @staticmethod
     def _w(atom) -> int:
-        # a goal atom out of correspondence costs more than an init atom, so that between equally
-        # small explanations the one that keeps the goal intact wins
-        return 3 if atom[0] != "i" else 2
+        # an init atom out of correspondence costs more than a goal atom, so that between equally
+        # small explanations the one that keeps the initial state intact wins: a goal-only edit
+        # (e.g. two balls' target rooms swapped) is then blamed on the goal, and the goal is
+        # compared by the states it accepts under a mapping that keeps the task's init
+        return 1 if atom[0] != "i" else 10
 
     def mismatch(self, m: dict[str, str]) -> int:
         """Weighted count of atoms without a counterpart under ``m`` (0 iff isomorphic)."""

@@ -433,20 +433,157 @@ def _positions(spec) -> dict[tuple[str, int], list[str]]:
 
 
 def add_goal_atom(d: str, p: str, rng: random.Random):
+    """A goal atom the reference goal does not imply (a strengthening). An atom that the goal
+    already implies (``(free left)`` once every ball is placed) would leave the task unchanged, so
+    a candidate is kept only when a reachable state satisfies the goal but not the atom (a witness
+    found by ``omtr.faithfulness.goals``; exact enumeration on small tasks)."""
+    from omtr.faithfulness.goals import GoalSemantics
+
     spec = _info(d, p)
     fluents = sorted(s for s in spec.arity if s not in spec.static and not s.startswith("type:"))
     pos = _positions(spec)
     have = {(s, a) for s, a, _ in spec.goal}
+    sem = GoalSemantics(spec, (d, p))
     for _ in range(50):
         s = rng.choice(fluents)
         args = tuple(rng.choice(pos.get((s, i), spec.objects)) for i in range(spec.arity[s]))
         if (s, args) not in have and len(set(args)) == len(args):
+            if sem.usable and sem.compare(spec.goal, spec.goal | {(s, args, True)}).status != "strengthened":
+                continue
             proot = _tree(p)
             goal, items = _goal_items(proot)
             items.append(SList([Sym(s), *map(Sym, args)]))
             goal[1] = _and(items)
             return d, to_text(proot)
     return None
+
+
+def _with_negative_requirement(d: str) -> str:
+    droot = _tree(d)
+    req = _sec(droot, ":requirements")
+    if req is None:
+        req = SList([Sym(":requirements"), Sym(":strips")])
+        droot.insert(2, req)
+    if ":negative-preconditions" not in req:
+        req.append(Sym(":negative-preconditions"))
+    return to_text(droot)
+
+
+def add_implied_goal_atoms(d: str, p: str, rng: random.Random):
+    """The goal written out in more words (faithful): up to two literals that the goal implies by
+    the domain's invariants (Fast Downward's mutex groups, unit propagation), positive ones first,
+    e.g. ``(free g)`` once every ball has a goal room, ``(not (clear b))`` under ``(on a b)``."""
+    from omtr.faithfulness.goals import implied_literals
+
+    spec = _info(d, p)
+    plus, minus = implied_literals(spec, (d, p))
+    picks = [(a, True) for a in rng.sample(plus, min(2, len(plus)))]
+    if len(picks) < 2 and minus:
+        picks += [(a, False) for a in rng.sample(minus, min(2 - len(picks), len(minus)))]
+    if not picks:
+        return None
+    proot = _tree(p)
+    goal, items = _goal_items(proot)
+    for (s, args), positive in picks:
+        atom = SList([Sym(s), *map(Sym, args)])
+        items.insert(rng.randrange(len(items) + 1), atom if positive else SList([Sym("not"), atom]))
+    goal[1] = _and(items)
+    return (d if all(pos for _, pos in picks) else _with_negative_requirement(d)), to_text(proot)
+
+
+def _init_swaps(spec) -> list[tuple[str, str]]:
+    """Pairs of objects whose exchange maps the initial state onto itself (symmetries of the init);
+    objects the domain names as constants are never exchanged."""
+    consts = {a[2:] for act in spec.actions.values() for lit in (*act.pre, *act.add, *act.dele)
+              for a in lit[1] if isinstance(a, str) and a.startswith("c:")}
+    init = set(spec.init)
+    sig: dict[str, Counter] = {o: Counter() for o in spec.objects}
+    for s, args in init:
+        for i, a in enumerate(args):
+            sig[a][(s, i)] += 1
+    out = []
+    for x, y in itertools.combinations(spec.objects, 2):
+        if x in consts or y in consts or sig[x] != sig[y]:
+            continue
+        sw = {x: y, y: x}
+        if all((s, tuple(sw.get(a, a) for a in args)) in init for s, args in init):
+            out.append((x, y))
+    return out
+
+
+def _rename_goal_objects(p: str, table: dict[str, str]) -> str:
+    proot = _tree(p)
+    goal = _sec(proot, ":goal")
+
+    def ren(f):
+        if isinstance(f, list):
+            for i, y in enumerate(f):
+                f[i] = ren(y)
+            return f
+        return Sym(table.get(str(f), str(f)), f.line)
+
+    goal[1] = ren(goal[1])
+    return to_text(proot)
+
+
+def symmetric_goal(d: str, p: str, rng: random.Random):
+    """The goal moved by a symmetry of the initial state (faithful): two objects that the initial
+    state cannot tell apart exchange their roles in the goal (e.g. two clear blocks on the table,
+    two packages at the same place)."""
+    spec = _info(d, p)
+    goal_objs = {a for _, args, _ in spec.goal for a in args}
+    cands = [(x, y) for x, y in _init_swaps(spec) if x in goal_objs or y in goal_objs]
+    if not cands:
+        return None
+    x, y = rng.choice(cands)
+    sw = {x: y, y: x}
+    if {(s, tuple(sw.get(a, a) for a in args), v) for s, args, v in spec.goal} == set(spec.goal):
+        return None
+    return d, _rename_goal_objects(p, sw)
+
+
+def swap_goal_targets(d: str, p: str, rng: random.Random):
+    """Two goal atoms of one binary predicate exchange their second arguments, e.g. two balls'
+    target rooms (goal drift: ``goal_changed``). The first arguments must be objects the initial
+    state tells apart (else the swap is a symmetry), no atom may name an object twice, and each
+    goal must accept a reachable state the other rejects (witnesses from ``goals.py``)."""
+    spec = _info(d, p)
+    swaps = set(_init_swaps(spec))
+    goal = sorted((s, args) for s, args, v in spec.goal if v and len(args) == 2)
+    cands = []
+    for (s1, (x, u)), (s2, (y, v)) in itertools.combinations(goal, 2):
+        if s1 != s2 or u == v or x == y or x == v or y == u:
+            continue
+        if (x, y) in swaps or (y, x) in swaps or (u, v) in swaps or (v, u) in swaps:
+            continue
+        new = {(s1, (x, v)), (s1, (y, u))}
+        if new & {(s, a) for s, a, _ in spec.goal}:
+            continue
+        cands.append(((s1, x, u), (s1, y, v)))
+    rng.shuffle(cands)
+    from omtr.faithfulness.goals import GoalSemantics
+
+    sem = GoalSemantics(spec, (d, p))
+    for (s, x, u), (_, y, v) in cands[:8]:
+        # a swap that makes the goal unreachable (a BlocksWorld cycle) is a strengthening, not a
+        # change: keep a swap only when witnesses show that each goal accepts a state the other
+        # rejects
+        new_goal = (set(spec.goal) - {(s, (x, u), True), (s, (y, v), True)}) | {(s, (x, v), True), (s, (y, u), True)}
+        if not sem.usable or sem.compare(spec.goal, new_goal).status == "changed":
+            break
+    else:
+        return None
+    proot = _tree(p)
+    goal_sec, items = _goal_items(proot)
+    for it in items:
+        if isinstance(it, list) and len(it) == 3 and str(it[0]).lower() == s:
+            a, b = str(it[1]).lower(), str(it[2]).lower()
+            if (a, b) == (x, u):
+                it[2] = Sym(v)
+            elif (a, b) == (y, v):
+                it[2] = Sym(u)
+    goal_sec[1] = _and(items)
+    return d, to_text(proot)
 
 
 def remove_object(d: str, p: str, rng: random.Random):
@@ -607,6 +744,10 @@ class Mutator:
     name: str
     fn: Callable
     expected: str  # FAITHFUL or a DriftCategory value
+    # reverse: the mutant plays the reference and the original the generated spec (e.g. the
+    # reference goal is written out in full and the generated one drops the redundant atoms);
+    # applied forward (as ``omtr evaluate``'s mutant policies do) the label holds as well
+    reverse: bool = False
 
     @property
     def faithful(self) -> bool:
@@ -636,6 +777,14 @@ MUTATORS: list[Mutator] = [
     Mutator("rename+remove_object", _chain(remove_object, rename_all), "object_missing"),
     Mutator("reorder+swap_effect", _chain(swap_effect, reorder), "effect_changed"),
     Mutator("rename+change_init_atom", _chain(change_init_atom, reorder, rename_all), "init_changed"),
+    # goals compared by the states they accept
+    Mutator("add_implied_goal_atoms", add_implied_goal_atoms, FAITHFUL),
+    Mutator("drop_redundant_goal_atoms", add_implied_goal_atoms, FAITHFUL, reverse=True),
+    Mutator("symmetric_goal", symmetric_goal, FAITHFUL),
+    Mutator("symmetric_goal+implied", _chain(symmetric_goal, add_implied_goal_atoms), FAITHFUL),
+    Mutator("rename+symmetric_goal", _chain(symmetric_goal, reorder, rename_all), FAITHFUL),
+    Mutator("swap_goal_targets", swap_goal_targets, "goal_changed"),
+    Mutator("rename+swap_goal_targets", _chain(swap_goal_targets, reorder, rename_all), "goal_changed"),
 ]
 
 
@@ -736,7 +885,7 @@ def run_suite(families=FAMILIES, n_per_family: int = 5, seed: int = 0, mutators=
                 if out is None:
                     continue
                 t = time.perf_counter()
-                rep = check((d, p), out, None)
+                rep = check(out, (d, p), None) if mut.reverse else check((d, p), out, None)
                 ms = (time.perf_counter() - t) * 1e3
                 rows.append(MutantResult(family, sid, mut.name, mut.expected, rep.faithful,
                                          FAITHFUL if rep.faithful else rep.first_category, ms))
