@@ -386,15 +386,24 @@ def test_secrets_are_placeholders_in_dev_and_documented_for_real_clusters(overla
             assert f"kubectl -n omtr create secret generic {s}" in readme
 
 
-def test_deployer_has_least_privilege_in_its_namespace(overlay):
+def test_deployer_and_pipeline_have_least_privilege_in_the_namespace(overlay):
     name, objs = overlay
-    role = find(objs, "Role", "omtr-deployer")
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
-    assert rules == {(("apps",), ("deployments",)): {"get", "list", "watch", "patch"},
-                     (("apps",), ("replicasets",)): {"get", "list"}}
+    roles = {o["metadata"]["name"]: {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in o["rules"]}
+             for o in objs if o["kind"] == "Role"}
+    assert roles == {
+        "omtr-deployer": {(("apps",), ("deployments",)): {"get", "list", "watch", "patch"},
+                          (("apps",), ("replicasets",)): {"get", "list"}},
+        "omtr-trainjob-launcher": {(("kubeflow.org",), ("pytorchjobs",)): {"create", "get", "list", "watch"}},
+    }
     assert not any(o["kind"] in ("ClusterRole", "ClusterRoleBinding") for o in objs)
-    rb = find(objs, "RoleBinding", "omtr-deployer")
-    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "omtr-deployer"}
-    assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "omtr-deployer", "namespace": NAMESPACES[name]}]
+    bindings = {o["metadata"]["name"]: o for o in objs if o["kind"] == "RoleBinding"}
+    runner = [{"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}]
+    expected = {"omtr-deployer": ("omtr-deployer", [{"kind": "ServiceAccount", "name": "omtr-deployer", "namespace": NAMESPACES[name]}]),
+                "omtr-pipeline-deployer": ("omtr-deployer", runner),
+                "omtr-pipeline-trainjob-launcher": ("omtr-trainjob-launcher", runner)}
+    assert set(bindings) == set(expected)
+    for b, (role, subjects) in expected.items():
+        assert bindings[b]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}
+        assert bindings[b]["subjects"] == subjects
     find(objs, "ServiceAccount", "omtr-deployer")
     assert find(objs, "ServiceAccount", "omtr-workload")["automountServiceAccountToken"] is False

@@ -9,7 +9,8 @@ kustomize's semantics, so that ``kubectl apply -k k8s/overlays/NAME`` gives the 
 - ``labels``: ``pairs`` added to ``metadata.labels`` (``includeSelectors: true`` is refused, as it
   would rewrite selectors; ``includeTemplates: true`` also labels pod templates of the workload kinds);
 - ``images``: ``name`` matched against every ``containers``/``initContainers`` image at any depth
-  (custom resources included, as kustomize does), with ``newName``, ``newTag`` and ``digest``;
+  (custom resources included, CustomResourceDefinitions skipped: kustomize's legacy image walk),
+  with ``newName``, ``newTag`` and ``digest``;
 - ``patches``: a ``path`` or an inline ``patch``, with an optional ``target`` (``kind``, ``name``,
   ``group``, ``version``, ``namespace``). A patch that is a YAML list is a JSON 6902 patch (``add``,
   ``remove``, ``replace``, ``test``); otherwise it is a strategic merge patch, matched by its own
@@ -266,7 +267,8 @@ def _apply_image(objs: list[dict], spec: dict, kfile: Path, n: int) -> None:
                 visit(item)
 
     for o in objs:
-        visit(o)
+        if o["kind"] != "CustomResourceDefinition":
+            visit(o)
 
 
 def _retag(image: str, spec: dict) -> str:
