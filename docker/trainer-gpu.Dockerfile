@@ -18,8 +18,14 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH \
     TORCH_EXTENSIONS_DIR=/tmp/torch_extensions
 
+# Python 3.11 (what omtr is tested on) from the deadsnakes archive: Ubuntu 22.04's own python3.11
+# package is a 3.11.0 release candidate.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev ca-certificates \
+ && apt-get install -y --no-install-recommends software-properties-common gpg-agent ca-certificates \
+ && add-apt-repository -y ppa:deadsnakes/ppa \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev \
+ && apt-get purge -y software-properties-common gpg-agent && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/*
 
 # The same uid/gid as every manifest's runAsUser/runAsGroup (k8s/, omtr.k8s.trainjob.UID).

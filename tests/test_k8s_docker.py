@@ -58,15 +58,20 @@ def test_dockerfile_base_is_pinned_and_user_is_the_manifests(image):
             assert (ROOT / part).exists(), f"{image}: COPY {part} does not exist"
 
 
-def test_gpu_image_takes_the_constraints_torch_version_from_a_cuda_index():
-    text = IMAGES["trainer-gpu"].read_text()
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_images_take_the_constraints_torch_version_from_the_right_index(image):
+    text = IMAGES[image].read_text()
     pinned = re.search(r"^torch==([\w.]+)", (ROOT / "constraints.txt").read_text(), re.M).group(1)
     m = re.search(r'pip install --index-url "\$\{TORCH_INDEX\}" torch==([\w.]+)', text)
-    assert m and m.group(1) == pinned, "the GPU image must install constraints.txt's torch version, CUDA build"
-    index = re.search(r"ARG TORCH_INDEX=https://download\.pytorch\.org/whl/cu(\d+)", text).group(1)
-    cuda = re.search(r"FROM nvidia/cuda:(\d+)\.(\d+)", text)
-    assert cuda and index == cuda.group(1) + cuda.group(2), "the CUDA base and torch's CUDA index must match"
-    # The torch install comes before omtr's, so the constraint keeps the CUDA build.
+    assert m and m.group(1) == pinned, f"{image}: install constraints.txt's torch version from PyTorch's index"
+    index = re.search(r"ARG TORCH_INDEX=https://download\.pytorch\.org/whl/(\w+)", text).group(1)
+    if image == "omtr":
+        assert index == "cpu" and "assert not torch.version.cuda" in text
+    else:
+        cuda = re.search(r"FROM nvidia/cuda:(\d+)\.(\d+)", text)
+        assert cuda and index == f"cu{cuda.group(1)}{cuda.group(2)}", "the CUDA base and torch's CUDA index must match"
+        assert "assert torch.version.cuda" in text
+    # torch comes first, so the constraint keeps that build when omtr's extras are installed.
     assert text.index("--index-url") < text.index('-e ".[')
 
 
