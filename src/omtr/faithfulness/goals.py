@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 MAX_GROUND_ACTIONS = 50_000  # larger ground tasks get no semantic goal comparison (literal sets)
 MAX_STATES = 20_000  # exact reasoning: reachable states enumerated up to this many ...
-MAX_STATE_WORK = 600_000  # ... and up to this many (state x ground action) applicability tests
+MAX_STATE_WORK = 300_000  # ... and up to this many (state x ground action) applicability tests
 MAX_AUTOMORPHISM_NODES = 20_000  # backtracking nodes when looking for a symmetry of the init
 WITNESS_EVALS = 3_000  # heuristic evaluations per witness search
 WITNESS_SECONDS = 2.0  # wall clock per witness search
@@ -244,9 +244,12 @@ def _groups(ground: Ground, invariants) -> list[tuple[int, bool]]:
                 groups[key] = groups.get(key, 0) | (1 << i)
     out = []
     for m in set(groups.values()):
-        if m & (m - 1) == 0 and not m & ground.init:
+        on = bin(ground.init & m).count("1")
+        if on > 1:
+            continue  # the invariant's balance only keeps "at most one" when the init starts there
+        if m & (m - 1) == 0 and not on:
             continue
-        exactly = bin(ground.init & m).count("1") == 1 and all(
+        exactly = on == 1 and all(
             (add & m) for _, _, add, dele in ground.acts if dele & m)
         out.append((m, exactly))
     return out
@@ -516,10 +519,31 @@ class GoalSemantics:
     def compare(self, goal_a, goal_b) -> GoalVerdict:
         """Compare two conjunctions of ground literals in the reference vocabulary."""
         la, lb = sorted(set(goal_a), key=str), sorted(set(goal_b), key=str)
+        if self._equal_by_invariants(la, lb):
+            return GoalVerdict("equivalent", "invariants")
         states = self.states()
         if states is not None:
             return self._exact(la, lb, states)
         return self._bounded(la, lb)
+
+    def _equal_by_invariants(self, la, lb) -> bool:
+        """Each goal implies every literal of the other by unit propagation over the invariants
+        (cheap, sound, any size)."""
+        g = self.ground
+        groups = self.groups()
+        closures = []
+        for lits in (la, lb):
+            p, n, ok = g.goal_masks(lits)
+            closures.append(_propagate(p, n, groups) if ok else (p, n, False))
+        (pa, na, oka), (pb, nb, okb) = closures
+        if not oka or not okb:
+            return not oka and not okb  # both unsatisfiable: both accept no state
+
+        def covered(p, n, lits):
+            lp, ln, lok = g.goal_masks(lits)
+            return lok and lp & ~p == 0 and ln & ~n == 0
+
+        return covered(pa, na, lb) and covered(pb, nb, la)
 
     def _exact(self, la, lb, states) -> GoalVerdict:
         g = self.ground

@@ -649,6 +649,14 @@ def map_objects(ref: NSpec, gen: NSpec, pmap: dict) -> tuple[dict[str, str], int
     # Views for colour refinement: everything; the initial state alone (exact when only the goal
     # changed); the goal with the type atoms (exact when only the initial state changed).
     views = [None, lambda a: a[0] == "i", lambda a: a[0] != "i" or a[1] in type_like]
+    goal_hist = Counter((a[0], a[1]) for a in ratoms if a[0] != "i")
+    goal_hist.subtract(Counter((a[0], a[1]) for a in gatoms if a[0] != "i"))
+    init_hist = Counter(a[1] for a in ratoms if a[0] == "i")
+    init_hist.subtract(Counter(a[1] for a in gatoms if a[0] == "i"))
+    if any(goal_hist.values()) and not any(init_hist.values()):
+        # the goals are written differently (more, fewer or other literals) over the same kind of
+        # initial state: refine on the initial state first, which the goal cannot scramble
+        views = [views[1], views[0], views[2]]
     best = None
     for view in views:
         matcher = _ObjectMatcher(ref.objects, ratoms, gen.objects, gatoms, view)
