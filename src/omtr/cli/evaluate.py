@@ -16,6 +16,8 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
       --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
   omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
+  omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \
+      --solver-url http://omtr-solver.omtr:8600                                  # verify on the solver fleet
   omtr evaluate compare eval/model eval/cot eval/tot eval/llmp eval/sr --out eval/compare
 
 Policies: model (--model DIR|small|micro|paper), oracle, mutant:<kind> (a mutator of
@@ -58,6 +60,8 @@ def register(sub) -> None:
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="episodes generated together (default 64)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N", help="token limit per answer")
+    p.add_argument("--solver-url", metavar="URL", help="verify specs on a solver fleet (omtr solver serve) instead "
+                   "of local workers (default: $OMTR_SOLVER_URL; token: $OMTR_SOLVER_TOKEN)")
     p.add_argument("--workers", type=int, default=2, help="solver worker processes (default 2)")
     p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
     p.add_argument("--device", default=None, help="torch device for local models")
@@ -139,14 +143,29 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
     policy_s = time.perf_counter() - t
 
+    from omtr.config import FleetConfig
+
+    try:
+        fleet = FleetConfig.from_env(url=args.solver_url)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    if fleet.url:  # the solver fleet verifies; the local pool stays the default
+        from omtr.solver.client import FleetClient, FleetError
+
+        verifier = _FleetEnv(FleetClient(fleet), solver_cfg)
+    else:
+        FleetError = ()  # noqa: N806 - nothing to catch
+        verifier = SolverPool(args.workers, solver_cfg)
     bar = Progress(len(tasks), "tasks", quiet=args.quiet)
     t = time.perf_counter()
     try:
-        with SolverPool(args.workers, solver_cfg) as pool:
+        with verifier as pool:
             pool_s = time.perf_counter() - t
             metrics = evaluate(tasks, policy, args.out, env=pool, config=cfg, policy_name=args.policy,
                                resume=args.resume, progress=bar.update)
     except BackendError as exc:
+        raise CliError(f"{exc} (finished tasks are kept; rerun with --resume)") from None
+    except FleetError as exc:
         raise CliError(f"{exc} (finished tasks are kept; rerun with --resume)") from None
     bar.close()
     metrics["timing"].update({"load_tasks_s": round(load_s, 3), "load_policy_s": round(policy_s, 3),
@@ -185,6 +204,22 @@ def _print(m: dict, out: str) -> None:
         print(f"episode log: FAILED validation ({'; '.join(log.get('failures', [])[:3])})")
     print(f"time: {m['timing'].get('total_s', m['timing'].get('run_s'))} s  report: {os.path.join(out, 'report.html')}")
     sys.stdout.flush()
+
+
+class _FleetEnv:
+    """The episode loop's environment on the solver fleet, with this evaluation's solver config."""
+
+    def __init__(self, client, config):
+        self.client, self.config = client, config
+
+    def __enter__(self) -> "_FleetEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.close()
+
+    def solve_many(self, specs):
+        return self.client.solve_many(list(specs), config=self.config)
 
 
 def _track(args, metrics: dict) -> None:

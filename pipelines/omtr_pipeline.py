@@ -1,0 +1,191 @@
+"""The omtr Kubeflow pipeline: prepare -> train -> evaluate -> validate -> register -> promote -> deploy.
+
+Compile:  omtr pipeline compile --out pipelines/omtr_pipeline.yaml   (the committed YAML beside this file)
+Submit:   omtr pipeline submit --host https://KUBEFLOW/pipeline --token-env KF_TOKEN --param profile=small
+
+Where training runs is the run parameter ``train_on``:
+- ``cpu``: ``omtr train`` in the step's pod on the CPU pool (the small and micro profiles);
+- ``gpu``: ``omtr train`` in a pod on the A100 pool: node selector, toleration and one
+  ``nvidia.com/gpu`` (kfp-kubernetes), the profile's model on ``cuda``;
+- ``train-job``: ``omtr k8s train-job --wait`` creates and watches a multi-node PyTorchJob running
+  DeepSpeed (the paper profile); the step itself stays on a small CPU pod.
+Pod settings are fixed at compile time, so each place is its own task in a ``dsl.If/Elif/Else``
+branch, and the steps after training are one sub-pipeline called in each branch with that branch's
+model. (Routing one model out of the branches with ``dsl.OneOf`` would compile, but kfp 2.17's
+local runner cannot execute it, and the pipeline must run locally end to end.)
+
+Per step, deliberately (:data:`STEPS`): retries only where a step is idempotent (tasks generation,
+evaluation against the fleet), never for registration, promotion or deploy (each would act twice);
+caching where outputs are a function of the inputs (tasks, training, evaluation, validation),
+never for registry and cluster changes; requests and limits sized to the work; and time-outs
+twice over: inside the component (a wall clock on the `omtr` child process, which every backend
+honours) and on the pod (``activeDeadlineSeconds`` via kfp-kubernetes, a little longer).
+"""
+
+import sys
+from pathlib import Path
+
+from kfp import dsl, kubernetes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the components/ package beside pipelines/
+
+from components import steps  # noqa: E402
+
+PIPELINE_NAME = "omtr"
+
+# Where the cluster's services are (k8s/ base, namespace omtr).
+MLFLOW_URI = "http://omtr-mlflow.omtr.svc.cluster.local:5000"
+SOLVER_URL = "http://omtr-solver.omtr.svc.cluster.local:8600"
+TRAINER_IMAGE = steps.OMTR_IMAGE.replace("/omtr:", "/omtr-trainer:")
+
+# The A100 pool: what its nodes are labelled and tainted with.
+GPU_NODE_SELECTOR = ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB")
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_RESOURCE = "nvidia.com/gpu"
+# The volume that the train-job step and the PyTorchJob's pods share (tasks in, model out).
+CHECKPOINT_PVC, CHECKPOINT_MOUNT = "omtr-checkpoints", "/checkpoints"
+
+
+# Per-step settings: retries, caching, CPU and memory (request, limit), time-out in seconds (the
+# component's own; the pod's deadline is that plus POD_GRACE_S). None: the run parameter decides.
+STEPS = {
+    "prepare": {"retries": 2, "cache": True, "cpu": ("1", "2"), "memory": ("2Gi", "4Gi"), "timeout_s": 1800},
+    "train-cpu": {"retries": 1, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": None},
+    "train-gpu": {"retries": 1, "cache": True, "cpu": ("8", "16"), "memory": ("64Gi", "96Gi"), "timeout_s": None,
+                  "gpus": 1},
+    "train-job": {"retries": 0, "cache": True, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": None},
+    "evaluate": {"retries": 2, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": 4 * 3600},
+    "validate": {"retries": 0, "cache": True, "cpu": ("1", "2"), "memory": ("2Gi", "4Gi"), "timeout_s": 1800},
+    "register": {"retries": 0, "cache": False, "cpu": ("1", "2"), "memory": ("4Gi", "8Gi"), "timeout_s": 1800},
+    "promote": {"retries": 0, "cache": False, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": 600},
+    "deploy": {"retries": 0, "cache": False, "cpu": ("250m", "500m"), "memory": ("256Mi", "512Mi"), "timeout_s": None},
+}
+TRAIN_ON = ("cpu", "gpu", "train-job")
+POD_GRACE_S = 300
+TRAIN_POD_DEADLINE_S = 7 * 24 * 3600  # the pod's cap whatever train_timeout_s says
+DEPLOY_POD_DEADLINE_S = 3600
+
+
+def _settle(task, step: str, *, pod_deadline_s: int | None = None):
+    """Apply STEPS[step] to a task: display name, retries, caching, resources, pod deadline."""
+    s = STEPS[step]
+    task.set_display_name(step)
+    if s["retries"]:
+        task.set_retry(num_retries=s["retries"], backoff_duration="60s", backoff_factor=2.0)
+    task.set_caching_options(enable_caching=s["cache"])
+    task.set_cpu_request(s["cpu"][0]).set_cpu_limit(s["cpu"][1])
+    task.set_memory_request(s["memory"][0]).set_memory_limit(s["memory"][1])
+    deadline = pod_deadline_s or (s["timeout_s"] + POD_GRACE_S)
+    kubernetes.set_timeout(task, deadline)
+    return task
+
+
+@dsl.pipeline(name="omtr-after-training",
+              description="evaluate -> validate episode logs -> register -> promote -> deploy when champion moved")
+def after_training(trained: dsl.Input[dsl.Model], episodes: dsl.Input[dsl.Dataset], val_tasks: dsl.Input[dsl.Dataset],
+                   eval_budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver_url: str,
+                   mlflow_tracking_uri: str, registry_name: str, serve_budget: int, promotion_rule: str,
+                   serving_namespace: str, serving_deployment: str, deploy_mode: str, serving_manifest: str,
+                   deploy_timeout_s: int):
+    ev = _settle(steps.evaluate(budget=eval_budget, max_new_tokens=max_new_tokens, bootstrap=bootstrap, seed=seed,
+                                solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
+                                timeout_s=STEPS["evaluate"]["timeout_s"], val_tasks=val_tasks, trained=trained),
+                 "evaluate")
+    va = _settle(steps.validate_episodes(timeout_s=STEPS["validate"]["timeout_s"], episodes=episodes,
+                                         evaluation=ev.outputs["evaluation"]), "validate")
+    reg = _settle(steps.register(name=registry_name, serve_budget=serve_budget, max_new_tokens=max_new_tokens,
+                                 mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=STEPS["register"]["timeout_s"],
+                                 trained=trained, evaluation=ev.outputs["evaluation"]), "register")
+    reg.after(va)  # only validated data is registered
+    pro = _settle(steps.promote(name=registry_name, version=reg.outputs["version"], rule=promotion_rule,
+                                mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=STEPS["promote"]["timeout_s"]),
+                  "promote")
+    with dsl.If(pro.outputs["Output"] == True, name="champion-moved"):  # noqa: E712 - a pipeline expression
+        _settle(steps.deploy(name=registry_name, version=reg.outputs["version"], namespace=serving_namespace,
+                             deployment=serving_deployment, mode=deploy_mode, manifest=serving_manifest,
+                             mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=deploy_timeout_s), "deploy",
+                pod_deadline_s=DEPLOY_POD_DEADLINE_S)
+
+
+@dsl.pipeline(name=PIPELINE_NAME,
+              description=("omtr: generate tasks, train the Actor/Judge/Editor model, evaluate it against the "
+                           "solver fleet, validate the episode logs, register it in MLflow, promote it by the "
+                           "rule, and roll the serving Deployment to it when it becomes champion."))
+def omtr_pipeline(
+    profile: str = "small",
+    model: str = "profile",
+    train_on: str = "cpu",
+    train_set: list = [],  # noqa: B006 - a pipeline parameter's default, never mutated
+    train_timeout_s: int = 6 * 3600,
+    family: str = "blocksworld",
+    n_train: int = 8,
+    n_val: int = 4,
+    min_objects: int = 2,
+    max_objects: int = 4,
+    seed: int = 0,
+    eval_budget: int = 2,
+    max_new_tokens: int = 200,
+    bootstrap: int = 1000,
+    solver_url: str = SOLVER_URL,
+    mlflow_tracking_uri: str = MLFLOW_URI,
+    registry_name: str = "omtr-role-model",
+    serve_budget: int = 6,
+    promotion_rule: str = "point",
+    serving_namespace: str = "omtr",
+    serving_deployment: str = "omtr-serving",
+    deploy_mode: str = "apply",
+    serving_manifest: str = "",
+    deploy_timeout_s: int = 900,
+    trainer_image: str = TRAINER_IMAGE,
+    train_nodes: int = 1,
+    gpus_per_node: int = 8,
+    train_namespace: str = "omtr",
+):
+    choices = {"train_on": [train_on, list(TRAIN_ON)], "profile": [profile, ["small", "micro", "paper"]],
+               "promotion_rule": [promotion_rule, ["point", "ci"]], "deploy_mode": [deploy_mode, ["apply", "dry-run"]]}
+    prep = _settle(steps.prepare_tasks(family=family, n_train=n_train, n_val=n_val, min_objects=min_objects,
+                                       max_objects=max_objects, seed=seed, timeout_s=STEPS["prepare"]["timeout_s"],
+                                       choices=choices), "prepare")
+    rest = dict(val_tasks=prep.outputs["val_tasks"], eval_budget=eval_budget, max_new_tokens=max_new_tokens,
+                bootstrap=bootstrap, seed=seed, solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
+                registry_name=registry_name, serve_budget=serve_budget, promotion_rule=promotion_rule,
+                serving_namespace=serving_namespace, serving_deployment=serving_deployment, deploy_mode=deploy_mode,
+                serving_manifest=serving_manifest, deploy_timeout_s=deploy_timeout_s)
+
+    with dsl.If(train_on == "cpu", name="train-on-cpu"):
+        tr = _settle(steps.train(profile=profile, model=model, train_set=train_set, device="",
+                                 mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=train_timeout_s,
+                                 train_tasks=prep.outputs["train_tasks"]), "train-cpu",
+                     pod_deadline_s=TRAIN_POD_DEADLINE_S)
+        after_training(trained=tr.outputs["trained"], episodes=tr.outputs["episodes"], **rest)
+
+    with dsl.Elif(train_on == "gpu", name="train-on-gpu"):
+        tr = _settle(steps.train(profile=profile, model=model, train_set=train_set, device="cuda",
+                                 mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=train_timeout_s,
+                                 train_tasks=prep.outputs["train_tasks"]), "train-gpu",
+                     pod_deadline_s=TRAIN_POD_DEADLINE_S)
+        tr.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(STEPS["train-gpu"]["gpus"])
+        kubernetes.add_node_selector(tr, *GPU_NODE_SELECTOR)
+        kubernetes.add_toleration(tr, **GPU_TOLERATION)
+        kubernetes.empty_dir_mount(tr, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
+        after_training(trained=tr.outputs["trained"], episodes=tr.outputs["episodes"], **rest)
+
+    with dsl.Elif(train_on == "train-job", name="train-as-job"):
+        tr = _settle(steps.train_job(profile=profile, trainer_image=trainer_image, nodes=train_nodes,
+                                     gpus_per_node=gpus_per_node, namespace=train_namespace,
+                                     shared_dir=CHECKPOINT_MOUNT, mlflow_tracking_uri=mlflow_tracking_uri,
+                                     timeout_s=train_timeout_s, train_tasks=prep.outputs["train_tasks"]),
+                     "train-job", pod_deadline_s=TRAIN_POD_DEADLINE_S)
+        kubernetes.mount_pvc(tr, pvc_name=CHECKPOINT_PVC, mount_path=CHECKPOINT_MOUNT)
+        after_training(trained=tr.outputs["trained"], episodes=tr.outputs["episodes"], **rest)
+
+
+def compile_to(path: str) -> None:
+    """Write the pipeline spec (the YAML committed beside this file) to ``path``."""
+    from kfp import compiler
+
+    compiler.Compiler().compile(omtr_pipeline, package_path=str(path))
+
+
+if __name__ == "__main__":
+    compile_to(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).with_suffix(".yaml")))
