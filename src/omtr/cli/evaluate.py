@@ -16,7 +16,7 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
       --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
   omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
-  omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \
+  omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \\
       --solver-url http://omtr-solver.omtr:8600                                  # verify on the solver fleet
   omtr evaluate compare eval/model eval/cot eval/tot eval/llmp eval/sr --out eval/compare
 

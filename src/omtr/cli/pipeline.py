@@ -1,4 +1,5 @@
-"""``omtr pipeline``: the main job (prepare -> train -> evaluate -> validate -> register -> promote)."""
+"""``omtr pipeline``: the main job (prepare -> train -> evaluate -> validate -> register -> promote),
+and ``omtr pipeline compile|submit`` for the Kubeflow pipeline (``pipelines/omtr_pipeline.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ EXAMPLES = """  omtr pipeline                                   # small profile 
   omtr pipeline --profile paper --model paper     # the paper's settings on GPUs
   omtr pipeline --rule ci                         # promote only when better beyond the 95% interval
   mlflow run . -e main --env-manager local        # the same, as the MLflow project's main entry point
+
+Kubeflow Pipelines (the same steps as pods, plus deploy; see `omtr pipeline submit --help`):
+  omtr pipeline compile --out pipelines/omtr_pipeline.yaml          # the YAML to upload in the Kubeflow UI
+  omtr pipeline submit --host https://kubeflow.example.org/pipeline --token-env KF_TOKEN \\
+      --param profile=small --param n_train=40 --experiment omtr --wait
 
 Every step is an `omtr` subcommand in a nested MLflow run under one parent run; steps hand their
 outputs over as run artifacts. A step whose inputs are identical to a finished one is skipped;
@@ -50,6 +56,54 @@ def register(sub) -> None:
     p.add_argument("--work", default=".omtr/pipeline", metavar="DIR", help="working folder (default .omtr/pipeline)")
     p.add_argument("--experiment", default="omtr-main", help="MLflow experiment (default omtr-main)")
     p.set_defaults(handler=run)
+    actions = p.add_subparsers(dest="action", metavar="{compile,submit}",
+                               title="Kubeflow (without one of these, the main job above runs)")
+    c = add_command(actions, "compile", help="compile the Kubeflow pipeline to a YAML package",
+                    description="Compile pipelines/omtr_pipeline.py (components in components/) to a pipeline "
+                                "package for the Kubeflow UI's upload or `omtr pipeline submit --package`.",
+                    examples=COMPILE_EXAMPLES)
+    c.add_argument("--out", required=True, metavar="FILE.yaml", help="where the compiled pipeline goes")
+    c.add_argument("--source", metavar="FILE.py", help="the pipeline source (default: pipelines/omtr_pipeline.py of the checkout)")
+    c.set_defaults(handler=run_compile)
+    s = add_command(actions, "submit", help="compile the Kubeflow pipeline and start a run at a Kubeflow endpoint",
+                    description="Compile the pipeline (or take --package), then create a run of it in an "
+                                "experiment at the Kubeflow Pipelines API given by --host, with a bearer token.",
+                    examples=SUBMIT_EXAMPLES)
+    s.add_argument("--host", required=True, metavar="URL", help="the Kubeflow Pipelines API, e.g. https://HOST/pipeline")
+    tok = s.add_mutually_exclusive_group()
+    tok.add_argument("--token-env", metavar="NAME", help="environment variable that holds the bearer token")
+    tok.add_argument("--token-file", metavar="PATH", help="file that holds the bearer token")
+    s.add_argument("--experiment", default="omtr", help="Kubeflow experiment (created if missing; default omtr)")
+    s.add_argument("--run-name", help="run name (default: pipeline name and time)")
+    s.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a run parameter (repeatable); typed by the pipeline's declaration")
+    s.add_argument("--package", metavar="FILE.yaml", help="submit this compiled package instead of compiling")
+    s.add_argument("--source", metavar="FILE.py", help="the pipeline source to compile (default: the checkout's)")
+    s.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    s.add_argument("--service-account", help="Kubernetes ServiceAccount the run's pods use (e.g. omtr-deployer)")
+    s.add_argument("--wait", action="store_true", help="wait for the run to finish; exit 1 unless it succeeded")
+    s.add_argument("--timeout", type=float, default=24 * 3600, metavar="S", help="with --wait: seconds (default 86400)")
+    s.set_defaults(handler=run_submit)
+
+
+COMPILE_EXAMPLES = """  omtr pipeline compile --out pipelines/omtr_pipeline.yaml     # refresh the committed package
+  omtr pipeline compile --out /tmp/omtr.yaml                   # then upload it: Kubeflow UI > Pipelines > Upload pipeline
+"""
+
+SUBMIT_EXAMPLES = """  export KF_TOKEN=$(kubectl -n kubeflow create token default-editor)   # or your identity provider's token
+  omtr pipeline submit --host https://kubeflow.example.org/pipeline --token-env KF_TOKEN
+  omtr pipeline submit --host http://127.0.0.1:8080 --param profile=micro --param n_train=4 --wait
+  omtr pipeline submit --host URL --token-file /var/run/secrets/kf/token --param train_on=train-job \\
+      --param profile=paper --param train_nodes=2 --param gpus_per_node=8 --service-account omtr-deployer
+  omtr pipeline submit --host URL --package pipelines/omtr_pipeline.yaml --param deploy_mode=dry-run
+
+Run parameters (--param KEY=VALUE): profile, model, train_on (cpu | gpu | train-job), train_set
+(a JSON list or comma-separated KEY=VALUE for omtr train --set), family, n_train, n_val,
+eval_budget, max_new_tokens, solver_url, mlflow_tracking_uri, registry_name, promotion_rule
+(point | ci), serving_namespace, serving_deployment, deploy_mode (apply | dry-run), and more:
+every one is listed with its default in the compiled YAML's root.inputDefinitions.
+Exit status: 0 submitted (with --wait: succeeded), 1 the run failed, 2 usage or endpoint errors.
+"""
 
 
 def run(args) -> int:
@@ -81,4 +135,45 @@ def run(args) -> int:
     if prom:
         print(f"{cfg.name} version {prom.get('version')}: "
               + ("champion" if prom.get("promoted") else "challenger") + f" ({prom.get('reason')})")
+    return 0
+
+
+def run_compile(args) -> int:
+    import time
+
+    from omtr.k8s.kubeflow import KubeflowError, compile_pipeline
+
+    t0 = time.perf_counter()
+    try:
+        out = compile_pipeline(args.out, args.source)
+    except KubeflowError as exc:
+        raise CliError(str(exc)) from None
+    print(f"wrote {out} in {time.perf_counter() - t0:.1f} s: upload it in the Kubeflow UI (Pipelines > Upload "
+          f"pipeline) or run `omtr pipeline submit --package {out} --host URL`")
+    return 0
+
+
+def run_submit(args) -> int:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from omtr.k8s import kubeflow as kf
+
+    try:
+        token = kf.read_token(args.token_env, args.token_file)
+        with tempfile.TemporaryDirectory(prefix="omtr-kfp-") as tmp:
+            package = args.package or str(kf.compile_pipeline(Path(tmp) / "omtr_pipeline.yaml", args.source))
+            if args.package and not Path(args.package).is_file():
+                raise kf.KubeflowError(f"--package {args.package}: no such file")
+            params = kf.parse_params(args.param, kf.pipeline_parameters(package))
+            res = kf.submit(args.host, package, token=token, params=params, experiment=args.experiment,
+                            run_name=args.run_name, namespace=args.namespace,
+                            service_account=args.service_account, wait=args.wait, timeout_s=args.timeout)
+    except kf.KubeflowError as exc:
+        raise CliError(str(exc)) from None
+    print(json.dumps(res, indent=2))
+    if args.wait and res.get("state") not in ("SUCCEEDED", "V2beta1RuntimeState.SUCCEEDED"):
+        print(f"run {res['run_id']} ended {res.get('state')}: see {res['url']}")
+        return 1
     return 0

@@ -1,0 +1,144 @@
+"""The Kubeflow pipeline's compiled YAML: current with its source, and carrying the per-step settings
+(GPU placement of the train step, retries, caching, resources, pod deadlines) the source promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+pytest.importorskip("kfp")
+pytest.importorskip("kfp.kubernetes")
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "pipelines" / "omtr_pipeline.yaml"
+
+
+def _docs(path: Path) -> tuple[dict, dict]:
+    spec, platform = list(yaml.safe_load_all(path.read_text()))
+    return spec, platform
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("kfp") / "omtr_pipeline.yaml"
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "omtr", "pipeline", "compile", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    print(f"compile: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def test_committed_yaml_is_current(compiled):
+    """Compiling the source again gives the committed YAML: the same documents once parsed.
+
+    Nothing is excluded from the comparison: two compilations of the same source are byte-identical
+    with kfp 2.17 (no timestamps), and sdkVersion only changes with kfp itself, which is pinned."""
+    new, old = list(yaml.safe_load_all(compiled.read_text())), list(yaml.safe_load_all(COMMITTED.read_text()))
+    assert new == old, ("pipelines/omtr_pipeline.yaml is out of date with pipelines/omtr_pipeline.py or components/: "
+                        "run `omtr pipeline compile --out pipelines/omtr_pipeline.yaml` and commit it")
+
+
+def _tasks(spec: dict) -> dict[str, list[dict]]:
+    """Every task of every DAG, by its display name, with its executor label attached."""
+    out: dict[str, list[dict]] = {}
+    for comp in [spec["root"], *spec["components"].values()]:
+        for task in comp.get("dag", {}).get("tasks", {}).values():
+            ref = spec["components"][task["componentRef"]["name"]]
+            out.setdefault(task["taskInfo"]["name"], []).append({**task, "_executor": ref.get("executorLabel")})
+    return out
+
+
+def test_train_step_placement_by_branch():
+    spec, platform = _docs(COMMITTED)
+    tasks = _tasks(spec)
+    execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    containers = spec["deploymentSpec"]["executors"]
+
+    # the three places training can run, one branch each, chosen by the run parameter train_on
+    conds = {name: tasks[name][0]["triggerPolicy"]["condition"] for name in ("train-on-cpu", "train-on-gpu", "train-as-job")}
+    assert "== 'cpu'" in conds["train-on-cpu"] and "== 'gpu'" in conds["train-on-gpu"]
+    assert "== 'train-job'" in conds["train-as-job"]
+
+    gpu = tasks["train-gpu"][0]["_executor"]
+    k = execs[gpu]
+    assert k["nodeSelector"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in k["tolerations"]
+    assert k["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+    res = containers[gpu]["container"]["resources"]
+    assert res["accelerator"]["resourceType"] == "nvidia.com/gpu" and res["accelerator"]["resourceCount"] == "1"
+
+    cpu = tasks["train-cpu"][0]["_executor"]
+    assert "accelerator" not in containers[cpu]["container"]["resources"]
+    assert "nodeSelector" not in execs[cpu] and "tolerations" not in execs[cpu]
+
+    job = tasks["train-job"][0]["_executor"]  # the launcher of the PyTorchJob stays on a small CPU pod
+    assert "accelerator" not in containers[job]["container"]["resources"]
+    assert execs[job]["pvcMount"][0]["mountPath"] == "/checkpoints"
+    assert containers[job]["container"]["resources"]["resourceCpuLimit"] == "1"
+
+
+def test_retries_caching_resources_and_deadlines():
+    spec, platform = _docs(COMMITTED)
+    tasks = _tasks(spec)
+    execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    retries = {"prepare": 2, "train-cpu": 1, "train-gpu": 1, "train-job": 0, "evaluate": 2, "validate": 0,
+               "register": 0, "promote": 0, "deploy": 0}
+    cached = {"prepare": True, "train-cpu": True, "train-gpu": True, "train-job": True, "evaluate": True,
+              "validate": True, "register": False, "promote": False, "deploy": False}
+    for step, n in retries.items():
+        assert tasks[step], step
+        for t in tasks[step]:  # the after-training steps appear once per training branch
+            assert t.get("retryPolicy", {}).get("maxRetryCount", 0) == n, step
+            assert bool(t.get("cachingOptions", {}).get("enableCache")) is cached[step], step
+            res = spec["deploymentSpec"]["executors"][t["_executor"]]["container"]["resources"]
+            assert res["resourceCpuRequest"] and res["resourceCpuLimit"], step
+            assert res["resourceMemoryRequest"] and res["resourceMemoryLimit"], step
+            assert int(execs[t["_executor"]]["activeDeadlineSeconds"]) > 0, step
+    # deploy only runs when promote moved the champion
+    moved = tasks["champion-moved"]
+    assert len(moved) == 3 and all(t["triggerPolicy"]["condition"].endswith("promote-Output'] == true") for t in moved)
+
+
+def test_components_run_omtr_on_the_omtr_image_without_installing_anything():
+    spec, _ = _docs(COMMITTED)
+    import omtr
+
+    for name, ex in spec["deploymentSpec"]["executors"].items():
+        c = ex["container"]
+        assert c["image"] == f"ghcr.io/omtr/omtr:{omtr.__version__}", name
+        program = "\n".join(c["command"] + c.get("args", []))
+        assert "pip install" not in program, name
+        assert "run_omtr(" in program, name  # each one runs an omtr subcommand
+
+
+def test_declared_run_parameters():
+    spec, _ = _docs(COMMITTED)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    for p in ("profile", "model", "train_on", "family", "n_train", "n_val", "eval_budget", "mlflow_tracking_uri",
+              "solver_url", "registry_name", "promotion_rule", "serving_namespace", "serving_deployment", "deploy_mode"):
+        assert p in params, p
+    assert params["deploy_mode"]["defaultValue"] == "apply"
+    assert params["n_train"]["parameterType"] == "NUMBER_INTEGER"
+    assert params["train_set"]["parameterType"] == "LIST"
+
+
+def test_a_mistyped_choice_fails_the_first_step(tmp_path):
+    """The prepare step checks the closed-choice run parameters before any work (run here as the
+    plain Python function that the component wraps)."""
+    sys.path.insert(0, str(ROOT))
+    from components import steps
+
+    fn = steps.prepare_tasks.python_func
+
+    class _Out:
+        path, metadata = str(tmp_path / "x.jsonl"), {}
+
+    with pytest.raises(ValueError, match=r"train_on='gpus' is not one of \['cpu', 'gpu', 'train-job'\]"):
+        fn(family="blocksworld", n_train=1, n_val=1, min_objects=2, max_objects=2, seed=0, timeout_s=60,
+           choices={"train_on": ["gpus", ["cpu", "gpu", "train-job"]]}, train_tasks=_Out(), val_tasks=_Out())
