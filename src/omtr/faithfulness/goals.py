@@ -553,7 +553,7 @@ class GoalSemantics:
         sb = {s for s in states if okb and s & pb == pb and not s & nb}
         if sa == sb:
             return GoalVerdict("equivalent", "exact")
-        sym = self._symmetry(sa, sb)
+        sym, complete = self._symmetry(sa, sb)
         if sym is not None:
             return GoalVerdict("equivalent", "exact", symmetry=sym)
 
@@ -563,6 +563,10 @@ class GoalSemantics:
 
         missing = [lit for lit in la if not holds_all(sb, lit)]
         extra = [lit for lit in lb if not holds_all(sa, lit)]
+        if not complete:
+            # a symmetry might still make them equal: say so instead of guessing
+            return GoalVerdict("undecided", "exact (symmetry search cut off)", missing, extra,
+                               sorted(set(missing) | set(extra), key=str))
         status = "weakened" if sa < sb else "strengthened" if sb < sa else "changed"
         return GoalVerdict(status, "exact", missing, extra)
 
@@ -584,15 +588,16 @@ class GoalSemantics:
         return out
 
     def _symmetry(self, sa, sb):
-        """An automorphism of the initial state mapping the goal states of B onto those of A."""
+        """(An automorphism of the initial state mapping the goal states of B onto those of A, or
+        None; whether the search was complete)."""
         if len(sa) != len(sb):
-            return None
+            return None, True
         g = self.ground
         init_atoms = set(g.static_atoms) | {a for i, a in enumerate(g.atoms) if g.init >> i & 1}
-        sigma, _complete = _find_automorphism(g.objects, g.fixed_objects, init_atoms,
-                                             self._closure(sa), self._closure(sb))
+        sigma, complete = _find_automorphism(g.objects, g.fixed_objects, init_atoms,
+                                            self._closure(sa), self._closure(sb))
         if sigma is None or all(k == v for k, v in sigma.items()):
-            return None
+            return None, complete
         # the closures determine the goal-state sets within the reachable states; verify anyway
         idx = g.index
 
@@ -607,8 +612,8 @@ class GoalSemantics:
             return t
 
         if {image(s) for s in sb} != sa:
-            return None
-        return sigma
+            return None, complete
+        return sigma, True
 
     def _bounded(self, la, lb) -> GoalVerdict:
         """Invariant closure for implications, witness states for refutations."""
