@@ -71,12 +71,14 @@ def train(profile: str, model: str, train_set: list, device: str, mlflow_trackin
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def train_job(profile: str, trainer_image: str, nodes: int, gpus_per_node: int, namespace: str,
-              shared_dir: str, mlflow_tracking_uri: str, timeout_s: int, train_tasks: Input[Dataset],
+              shared_dir: str, mlflow_tracking_uri: str, solver_url: str, timeout_s: int, train_tasks: Input[Dataset],
               trained: Output[Model], episodes: Output[Dataset]):
     """`omtr k8s train-job --wait`: multi-node DeepSpeed training as a Kubeflow PyTorchJob on the GPU
     pool (the paper profile), created and watched from this CPU pod. The tasks go to, and the run
     directory comes back from, the checkpoint volume mounted at ``shared_dir`` in both; the run
-    directory is keyed by the tasks and settings, so a rerun resumes from its checkpoints."""
+    directory and the job's name are keyed by the tasks and settings: a retried step watches the
+    job it created (``omtr k8s train-job`` keeps an existing job of that name), and a rerun of a
+    stopped job resumes from its checkpoints."""
     import hashlib
     import os
     import shutil
@@ -93,10 +95,8 @@ def train_job(profile: str, trainer_image: str, nodes: int, gpus_per_node: int, 
         f.write(data)
     out = os.path.join(run_dir, "run")
     args = ["k8s", "train-job", "--image", trainer_image, "--profile", profile, "--tasks", tasks, "--out", out,
-            "--nodes", nodes, "--gpus-per-node", gpus_per_node, "--namespace", namespace, "--wait",
-            "--timeout", timeout_s]
-    if mlflow_tracking_uri:
-        args += ["--mlflow-uri", mlflow_tracking_uri]
+            "--nodes", nodes, "--gpus-per-node", gpus_per_node, "--namespace", namespace, "--name", f"omtr-train-{key}",
+            "--mlflow-uri", mlflow_tracking_uri, "--solver-url", solver_url, "--wait", "--timeout", timeout_s]
     run_omtr(args, timeout_s=timeout_s + 120)
     shutil.copytree(os.path.join(out, "model"), trained.path, dirs_exist_ok=True)
     shutil.copytree(os.path.join(out, "episodes"), episodes.path, dirs_exist_ok=True)

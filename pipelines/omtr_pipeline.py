@@ -15,7 +15,8 @@ model. (Routing one model out of the branches with ``dsl.OneOf`` would compile, 
 local runner cannot execute it, and the pipeline must run locally end to end.)
 
 Per step, deliberately (:data:`STEPS`): retries only where a step is idempotent (tasks generation,
-evaluation against the fleet), never for registration, promotion or deploy (each would act twice);
+training, whose retried launcher watches the PyTorchJob it created, evaluation against the fleet),
+never for validation (bad data stays bad), registration, promotion or deploy (each would act twice);
 caching where outputs are a function of the inputs (tasks, training, evaluation, validation),
 never for registry and cluster changes; requests and limits sized to the work; and time-outs
 twice over: inside the component (a wall clock on the `omtr` child process, which every backend
@@ -36,25 +37,31 @@ PIPELINE_NAME = "omtr"
 # Where the cluster's services are (k8s/ base, namespace omtr).
 MLFLOW_URI = "http://omtr-mlflow.omtr.svc.cluster.local:5000"
 SOLVER_URL = "http://omtr-solver.omtr.svc.cluster.local:8600"
-TRAINER_IMAGE = steps.OMTR_IMAGE.replace("/omtr:", "/omtr-trainer:")
+TRAINER_IMAGE = steps.OMTR_IMAGE.replace("/omtr:", "/omtr-trainer-gpu:")  # docker/trainer-gpu.Dockerfile
 
-# The A100 pool: what its nodes are labelled and tainted with.
-GPU_NODE_SELECTOR = ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB")
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The A100 pool as k8s/ knows it (the PyTorchJob's affinity and tolerations): nodes labelled
+# omtr.dev/pool=a100 and tainted for GPU work.
+GPU_NODE_SELECTOR = ("omtr.dev/pool", "a100")
+GPU_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "omtr.dev/pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"})
 GPU_RESOURCE = "nvidia.com/gpu"
+# Pod labels: k8s/base/network-policies.yaml lets pods with these components (in a namespace
+# labelled omtr.dev/solver-clients=true, where the pipeline's pods run) reach the solver fleet.
+COMPONENT_LABEL = "app.kubernetes.io/component"
 # The volume that the train-job step and the PyTorchJob's pods share (tasks in, model out).
 CHECKPOINT_PVC, CHECKPOINT_MOUNT = "omtr-checkpoints", "/checkpoints"
 
 
 # Per-step settings: retries, caching, CPU and memory (request, limit), time-out in seconds (the
-# component's own; the pod's deadline is that plus POD_GRACE_S). None: the run parameter decides.
+# component's own; the pod's deadline is that plus POD_GRACE_S; None: a run parameter decides),
+# the pod's component label where a NetworkPolicy asks for one.
 STEPS = {
     "prepare": {"retries": 2, "cache": True, "cpu": ("1", "2"), "memory": ("2Gi", "4Gi"), "timeout_s": 1800},
-    "train-cpu": {"retries": 1, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": None},
-    "train-gpu": {"retries": 1, "cache": True, "cpu": ("8", "16"), "memory": ("64Gi", "96Gi"), "timeout_s": None,
+    "train-cpu": {"component": "trainer", "retries": 1, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": None},
+    "train-gpu": {"component": "trainer", "retries": 1, "cache": True, "cpu": ("8", "16"), "memory": ("64Gi", "96Gi"), "timeout_s": None,
                   "gpus": 1},
-    "train-job": {"retries": 0, "cache": True, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": None},
-    "evaluate": {"retries": 2, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": 4 * 3600},
+    "train-job": {"retries": 1, "cache": True, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": None},
+    "evaluate": {"component": "evaluator", "retries": 2, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": 4 * 3600},
     "validate": {"retries": 0, "cache": True, "cpu": ("1", "2"), "memory": ("2Gi", "4Gi"), "timeout_s": 1800},
     "register": {"retries": 0, "cache": False, "cpu": ("1", "2"), "memory": ("4Gi", "8Gi"), "timeout_s": 1800},
     "promote": {"retries": 0, "cache": False, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": 600},
@@ -77,6 +84,9 @@ def _settle(task, step: str, *, pod_deadline_s: int | None = None):
     task.set_memory_request(s["memory"][0]).set_memory_limit(s["memory"][1])
     deadline = pod_deadline_s or (s["timeout_s"] + POD_GRACE_S)
     kubernetes.set_timeout(task, deadline)
+    kubernetes.add_pod_label(task, "app.kubernetes.io/name", "omtr")
+    if s.get("component"):
+        kubernetes.add_pod_label(task, COMPONENT_LABEL, s["component"])
     return task
 
 
@@ -166,14 +176,15 @@ def omtr_pipeline(
                      pod_deadline_s=TRAIN_POD_DEADLINE_S)
         tr.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(STEPS["train-gpu"]["gpus"])
         kubernetes.add_node_selector(tr, *GPU_NODE_SELECTOR)
-        kubernetes.add_toleration(tr, **GPU_TOLERATION)
+        for tol in GPU_TOLERATIONS:
+            kubernetes.add_toleration(tr, **tol)
         kubernetes.empty_dir_mount(tr, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
         after_training(trained=tr.outputs["trained"], episodes=tr.outputs["episodes"], **rest)
 
     with dsl.Elif(train_on == "train-job", name="train-as-job"):
         tr = _settle(steps.train_job(profile=profile, trainer_image=trainer_image, nodes=train_nodes,
                                      gpus_per_node=gpus_per_node, namespace=train_namespace,
-                                     shared_dir=CHECKPOINT_MOUNT, mlflow_tracking_uri=mlflow_tracking_uri,
+                                     shared_dir=CHECKPOINT_MOUNT, mlflow_tracking_uri=mlflow_tracking_uri, solver_url=solver_url,
                                      timeout_s=train_timeout_s, train_tasks=prep.outputs["train_tasks"]),
                      "train-job", pod_deadline_s=TRAIN_POD_DEADLINE_S)
         kubernetes.mount_pvc(tr, pvc_name=CHECKPOINT_PVC, mount_path=CHECKPOINT_MOUNT)

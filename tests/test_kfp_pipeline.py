@@ -67,8 +67,10 @@ def test_train_step_placement_by_branch():
 
     gpu = tasks["train-gpu"][0]["_executor"]
     k = execs[gpu]
-    assert k["nodeSelector"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert k["nodeSelector"]["labels"] == {"omtr.dev/pool": "a100"}  # the pool k8s/'s PyTorchJob uses
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in k["tolerations"]
+    assert {"key": "omtr.dev/pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"} in k["tolerations"]
+    assert k["podMetadata"]["labels"]["app.kubernetes.io/component"] == "trainer"  # the fleet lets it in
     assert k["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
     res = containers[gpu]["container"]["resources"]
     assert res["accelerator"]["resourceType"] == "nvidia.com/gpu" and res["accelerator"]["resourceCount"] == "1"
@@ -87,7 +89,7 @@ def test_retries_caching_resources_and_deadlines():
     spec, platform = _docs(COMMITTED)
     tasks = _tasks(spec)
     execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    retries = {"prepare": 2, "train-cpu": 1, "train-gpu": 1, "train-job": 0, "evaluate": 2, "validate": 0,
+    retries = {"prepare": 2, "train-cpu": 1, "train-gpu": 1, "train-job": 1, "evaluate": 2, "validate": 0,
                "register": 0, "promote": 0, "deploy": 0}
     cached = {"prepare": True, "train-cpu": True, "train-gpu": True, "train-job": True, "evaluate": True,
               "validate": True, "register": False, "promote": False, "deploy": False}
