@@ -29,7 +29,6 @@ checker says so (``goal_undecided``), which never counts as faithful.
 from __future__ import annotations
 
 import contextlib
-import functools
 import heapq
 import io
 import itertools
@@ -42,6 +41,7 @@ from omtr.faithfulness.normal import EQ, NSpec
 log = logging.getLogger(__name__)
 
 MAX_GROUND_ACTIONS = 50_000  # larger ground tasks get no semantic goal comparison (literal sets)
+SMALL_GROUND_ACTIONS = 150  # up to this many ground actions, enumeration is tried before invariants
 MAX_STATES = 20_000  # exact reasoning: reachable states enumerated up to this many ...
 MAX_STATE_WORK = 300_000  # ... and up to this many (state x ground action) applicability tests
 MAX_AUTOMORPHISM_NODES = 20_000  # backtracking nodes when looking for a symmetry of the init
@@ -199,10 +199,22 @@ def _ground(spec: NSpec) -> Ground | None:
 # ----------------------------------------------------------------------------- invariants
 
 
-@functools.lru_cache(maxsize=64)
+_INVARIANTS: dict[str, tuple] = {}
+
+
 def _fd_invariants(domain_text: str, problem_text: str) -> tuple:
     """Fast Downward's lifted mutex invariants of a domain: ((pred, args, omitted), ...) per
-    invariant, ``args`` with -1 at the counted position. Empty when the translator cannot read it."""
+    invariant, ``args`` with -1 at the counted position. Empty when the translator cannot read it.
+    They depend on the domain only (the problem is needed to parse), so they are cached per domain."""
+    hit = _INVARIANTS.get(domain_text)
+    if hit is None:
+        if len(_INVARIANTS) > 64:
+            _INVARIANTS.clear()
+        hit = _INVARIANTS[domain_text] = _synthesise_invariants(domain_text, problem_text)
+    return hit
+
+
+def _synthesise_invariants(domain_text: str, problem_text: str) -> tuple:
     try:
         from fast_downward.translate import invariant_finder, normalize
         from fast_downward.translate import options as topts
@@ -519,6 +531,8 @@ class GoalSemantics:
     def compare(self, goal_a, goal_b) -> GoalVerdict:
         """Compare two conjunctions of ground literals in the reference vocabulary."""
         la, lb = sorted(set(goal_a), key=str), sorted(set(goal_b), key=str)
+        if len(self.ground.acts) <= SMALL_GROUND_ACTIONS and self.states() is not None:
+            return self._exact(la, lb, self.states())  # small task: enumerate, no translator call
         if self._equal_by_invariants(la, lb):
             return GoalVerdict("equivalent", "invariants")
         states = self.states()
