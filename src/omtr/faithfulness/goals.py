@@ -46,7 +46,9 @@ MAX_STATES = 20_000  # exact reasoning: reachable states enumerated up to this m
 MAX_STATE_WORK = 300_000  # ... and up to this many (state x ground action) applicability tests
 MAX_AUTOMORPHISM_NODES = 20_000  # backtracking nodes when looking for a symmetry of the init
 WITNESS_EVALS = 3_000  # heuristic evaluations per witness search
-WITNESS_SECONDS = 2.0  # wall clock per witness search
+WITNESS_SECONDS = 2.0  # wall clock per witness search ...
+COMPARE_SECONDS = 5.0
+MAX_KEPT_STATES = 20_000  # reachable states kept per reference as witnesses for later literals  # ... and for all witness searches of one goal comparison
 
 
 # ----------------------------------------------------------------------------- ground task
@@ -337,7 +339,8 @@ def _hadd(ground: Ground, s: int, pre_of, goal_pos: list[int], goal_neg: list[in
     return h
 
 
-def _witness_search(ground: Ground, pos: int, neg: int, alt, seen_states: list[int]) -> int | None:
+def _witness_search(ground: Ground, pos: int, neg: int, alt, seen_states: list[int],
+                    seconds: float = WITNESS_SECONDS) -> int | None:
     """Greedy best-first search for a reachable state satisfying (pos, neg); bounded."""
     if ground.init & pos == pos and not ground.init & neg:
         return ground.init
@@ -361,11 +364,12 @@ def _witness_search(ground: Ground, pos: int, neg: int, alt, seen_states: list[i
             if t in closed:
                 continue
             closed.add(t)
-            seen_states.append(t)
+            if len(seen_states) < MAX_KEPT_STATES:
+                seen_states.append(t)
             if t & pos == pos and not t & neg:
                 return t
             evals += 1
-            if evals > WITNESS_EVALS or time.perf_counter() - start > WITNESS_SECONDS:
+            if evals > WITNESS_EVALS or time.perf_counter() - start > seconds:
                 return None
             h = _hadd(ground, t, pre_of, gp, gn, alt)
             if h < float("inf"):
@@ -466,6 +470,7 @@ class GoalSemantics:
         self._exact_tried = False
         self._seen: list[int] = []
         self._found: list[int] = []
+        self._deadline = 0.0
 
     @property
     def ground(self) -> Ground | None:
@@ -522,7 +527,10 @@ class GoalSemantics:
         for s in itertools.chain((self.ground.init,), self._found, self._seen):
             if s & pos == pos and not s & neg:
                 return s
-        t = _witness_search(self.ground, pos, neg, self._alt(), self._seen)
+        left = self._deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        t = _witness_search(self.ground, pos, neg, self._alt(), self._seen, min(WITNESS_SECONDS, left))
         if t is not None:
             self._found.append(t)
         return t
@@ -531,6 +539,7 @@ class GoalSemantics:
     def compare(self, goal_a, goal_b) -> GoalVerdict:
         """Compare two conjunctions of ground literals in the reference vocabulary."""
         la, lb = sorted(set(goal_a), key=str), sorted(set(goal_b), key=str)
+        self._deadline = time.perf_counter() + COMPARE_SECONDS
         if len(self.ground.acts) <= SMALL_GROUND_ACTIONS and self.states() is not None:
             return self._exact(la, lb, self.states())  # small task: enumerate, no translator call
         if self._equal_by_invariants(la, lb):
