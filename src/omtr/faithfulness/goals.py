@@ -547,7 +547,33 @@ class GoalSemantics:
         states = self.states()
         if states is not None:
             return self._exact(la, lb, states)
+        sym = self._symmetry_by_invariants(la, lb)
+        if sym is not None:
+            return GoalVerdict("equivalent", "invariants", symmetry=sym)
         return self._bounded(la, lb)
+
+    def _symmetry_by_invariants(self, la, lb):
+        """Above the enumeration cut-off: an automorphism of the initial state that maps the
+        invariant closure of goal B onto that of goal A, accepted only when the moved goal B and
+        goal A then imply each other by the invariants (sound)."""
+        g = self.ground
+        groups = self.groups()
+        tagged = []
+        for lits in (la, lb):
+            p, n, ok = g.goal_masks(lits)
+            if not ok:
+                return None
+            p, n, ok = _propagate(p, n, groups)
+            if not ok:
+                return None
+            tagged.append({("p", *a) for i, a in enumerate(g.atoms) if p >> i & 1}
+                          | {("n", *a) for i, a in enumerate(g.atoms) if n >> i & 1})
+        init_atoms = set(g.static_atoms) | {a for i, a in enumerate(g.atoms) if g.init >> i & 1}
+        sigma, _ = _find_automorphism(g.objects, g.fixed_objects, init_atoms, tagged[0], tagged[1])
+        if sigma is None or all(k == v for k, v in sigma.items()):
+            return None
+        moved = [(s, tuple(sigma.get(x, x) for x in args), v) for s, args, v in lb]
+        return sigma if self._equal_by_invariants(la, moved) else None
 
     def _equal_by_invariants(self, la, lb) -> bool:
         """Each goal implies every literal of the other by unit propagation over the invariants

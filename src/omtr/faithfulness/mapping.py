@@ -456,6 +456,12 @@ class _ObjectMatcher:
         extra = sum(self._w(a) for a in self.gatoms if self._fwd(a, inv) not in self.ratoms)
         return miss + extra
 
+    def count(self, m: dict[str, str]) -> int:
+        """Unweighted number of atoms without a counterpart under ``m``."""
+        inv = {g: r for r, g in m.items()}
+        return (sum(1 for a in self.ratoms if self._fwd(a, m) not in self.gatoms)
+                + sum(1 for a in self.gatoms if self._fwd(a, inv) not in self.ratoms))
+
     def mapped_coverage(self, m: dict[str, str]) -> tuple[int, int]:
         """(non-corresponding, all) atoms among those whose objects all have a counterpart."""
         inv = {g: r for r, g in m.items()}
@@ -666,6 +672,14 @@ def map_objects(ref: NSpec, gen: NSpec, pmap: dict) -> tuple[dict[str, str], int
             best = (m, mis, matcher.mapped_coverage(m))
         if mis <= matcher.lower_bound:
             break
+    if best[1] and set(ref.objects) == set(gen.objects):
+        # Names intact: when keeping every name explains the difference with no more atoms than
+        # the best mapping (which prefers the initial state intact), the names decide where the
+        # edit was made, e.g. a ball moved in the init that an exchange of two rooms and two balls
+        # would otherwise turn into a goal edit. Names still only break ties in atom counts.
+        same = {o: o for o in ref.objects}
+        if same != best[0] and matcher.count(same) <= matcher.count(best[0]):
+            best = (same, matcher.mismatch(same), matcher.mapped_coverage(same))
     return best
 
 
