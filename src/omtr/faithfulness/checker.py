@@ -1,8 +1,9 @@
 """The reference checker: is a solver-successful generated spec the task the reference states?
 
 ``check(reference, generated, plan)`` normalises both specs (see ``normal.py``), finds a
-structural mapping (``mapping.py``), compares goal, objects and types, initial state and action
-schemas under that mapping, and replays the plan in the reference model (``replay.py``).
+structural mapping (``mapping.py``), compares objects and types, initial state and action schemas
+under that mapping, compares the goals by the reachable states they accept (``goals.py``) when the
+initial states correspond, and replays the plan in the reference model (``replay.py``).
 It never raises on bad generated input: anything unusable becomes an ``unmappable`` finding.
 Evaluation only — nothing here may feed a training signal.
 """
