@@ -9,9 +9,10 @@ Where training runs is the run parameter ``train_on``:
   ``nvidia.com/gpu`` (kfp-kubernetes), the profile's model on ``cuda``;
 - ``train-job``: ``omtr k8s train-job --wait`` creates and watches a multi-node PyTorchJob running
   DeepSpeed (the paper profile); the step itself stays on a small CPU pod.
-Pod settings are fixed at compile time, so each place is its own task in a ``dsl.If/Elif/Else``
+Pod settings are fixed at compile time, so each place is its own task in a ``dsl.If/Elif``
 branch, and the steps after training are one sub-pipeline called in each branch with that branch's
-model. (Routing one model out of the branches with ``dsl.OneOf`` would compile, but kfp 2.17's
+model; the first step rejects any other ``train_on`` (and any unknown profile, promotion rule or
+deploy mode) before work starts. (Routing one model out of the branches with ``dsl.OneOf`` would compile, but kfp 2.17's
 local runner cannot execute it, and the pipeline must run locally end to end.)
 
 Per step, deliberately (:data:`STEPS`): retries only where a step is idempotent (tasks generation,
