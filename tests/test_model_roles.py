@@ -265,3 +265,64 @@ def test_paper_profile_shares_on_a_shape_only_qwen7b():
     assert all(0.014 < s < 0.0167 for s in rep["role_share"].values()), rep["role_share"]
     assert rep["shared_share"] > 0.95
     assert rep["memory_ratio"] <= 1.10, rep["memory_ratio"]
+
+
+SHARED = ("You translate planning tasks written in English into PDDL for a classical planner. Answer with "
+          "the domain and then the problem, nothing else. Use lower-case names and declare every predicate.")
+SHARED_PROMPTS = [[{"role": "system", "content": SHARED}, {"role": "user", "content": t}]
+                  for t in ("Stack block a on block b.", "Move both balls to room b.", "Deliver the package to the depot now.")]
+
+
+def test_a_shared_prompt_prefix_is_computed_once_with_the_same_results(perturbed):
+    """Prefix sharing changes how the batch is computed, not what it computes: generation log-probs,
+    token log-probs (with gradients) and their gradients equal those of the plain batch; the stored
+    prefix is reused while the parameters stay and dropped when they change."""
+    m = perturbed
+    seqs = m.encode_prompts(SHARED_PROMPTS)
+    common = len(__import__("os").path.commonprefix(seqs))
+    assert common >= 32, "the prompts share the system message"
+    sampled = Sampling(greedy=False, temperature=0.8, max_new_tokens=10, seed=11)
+    calls = []
+    hook = m.base_model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(kw["inputs_embeds"].shape), with_kwargs=True)
+    try:
+        m.forget_prefixes()
+        m.share_prefix = False
+        plain = _free(m, "actor", SHARED_PROMPTS, sampled)
+        plain_lp, _ = m.token_logprobs("actor", SHARED_PROMPTS, [g.token_ids for g in plain], temperature=0.8, grammar=False)
+        m.zero_grad()
+        plain_lp.sum().backward()
+        plain_grad = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        assert calls[0][:2] == (3, len(seqs[0]) + m.cfg.role_vectors + max(map(len, seqs)) - len(seqs[0]))
+        m.share_prefix = True
+        calls.clear()
+        shared = _free(m, "actor", SHARED_PROMPTS, sampled)
+        assert calls[0][:2] == (1, m.cfg.role_vectors + common), "the prefix runs once, as a batch of one"
+        assert calls[1][0] == 3 and calls[1][1] == max(map(len, seqs)) - common
+        for a, b in zip(plain, shared):
+            assert a.token_ids[:3] == b.token_ids[:3]
+            n = min(len(a.token_ids), len(b.token_ids))
+            k = next((i for i in range(n) if a.token_ids[i] != b.token_ids[i]), n)
+            assert torch.allclose(torch.tensor(a.logprobs[:k]), torch.tensor(b.logprobs[:k]), atol=1e-4)
+        calls.clear()
+        again = _free(m, "actor", SHARED_PROMPTS, sampled)
+        assert calls[0][0] == 3, "the stored prefix is reused: no batch-of-one pass"
+        assert [g.token_ids for g in again] == [g.token_ids for g in shared]
+        shared_lp, _ = m.token_logprobs("actor", SHARED_PROMPTS, [g.token_ids for g in plain], temperature=0.8, grammar=False)
+        assert torch.allclose(shared_lp, plain_lp, atol=1e-4)
+        m.zero_grad()
+        shared_lp.sum().backward()
+        for n, g in plain_grad.items():
+            got = m.get_parameter(n).grad
+            assert (got - g).norm() <= 1e-3 * g.norm() + 1e-6, n
+        m.zero_grad()
+        with torch.no_grad():
+            m.role_embeddings.add_(0.01)  # a parameter changes in place: the stored prefix is stale
+        calls.clear()
+        _free(m, "actor", SHARED_PROMPTS, sampled)
+        assert calls[0][0] == 1, "a changed parameter forces a new prefix pass"
+    finally:
+        hook.remove()
+        m.share_prefix = True
+        with torch.no_grad():
+            m.role_embeddings.sub_(0.01)

@@ -21,6 +21,7 @@ KL term (:meth:`RoleModel.reference`) is the policy at initialisation:
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import logging
@@ -43,6 +44,7 @@ log = logging.getLogger("omtr.model")
 MODEL_FILE = "omtr-model.json"
 FORMAT_VERSION = 1
 GENERATING_ROLES = ("actor", "editor")
+MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt prefix is not worth a forward pass of its own
 
 
 class RoleModel(nn.Module):
@@ -79,6 +81,9 @@ class RoleModel(nn.Module):
         self._pieces: list[str] | None = None
         self._reference_lm = None
         self._in_reference = False
+        # Prompt-prefix sharing (see _prefill): on by default; the stored prefix per (role, policy).
+        self.share_prefix = True
+        self._prefixes: dict[tuple[int, bool], tuple[tuple[int, ...], int, object]] = {}
         # transformers renamed past_key_values to cache (5.24); accept either
         self._cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.use_role(ROLE_NAMES[0])
@@ -162,6 +167,83 @@ class RoleModel(nn.Module):
     def _active_lm(self):
         return self._reference_lm if (self._in_reference and self._reference_lm is not None) else self.lm
 
+    # ------------------------------------------------------------------ shared prompt prefixes
+
+    def forget_prefixes(self) -> None:
+        """Drop stored prompt prefixes. Called after every optimizer step (their keys and values
+        depend on the parameters); a parameter change is also detected on its own (see _prefill)."""
+        self._prefixes.clear()
+
+    def _params_version(self) -> int:
+        # In-place updates (optimizer steps, load_state_dict) bump a tensor's version counter.
+        return sum(p._version for p in self.parameters())
+
+    def _prefill(self, seqs: list[list[int]], role_index: int, *, logits_to_keep: int, reuse: bool):
+        """The forward pass over ``[e_ρ; prompt]`` rows, sharing their common token prefix.
+
+        Prompts of one batch mostly start alike (the system prompt and the family's
+        demonstration: about 800 of SmolLM2's 930 Actor prompt tokens). That prefix goes through
+        the network once, as a batch of one; its keys and values are repeated for every row and
+        only each row's own tokens are computed on top. Positions and masks are those of the
+        plain left-padded batch (``[e_ρ | prefix | padding | own tokens]``), so the results are the
+        same up to float rounding. With ``reuse`` (generation, no gradients) the prefix is kept for
+        later calls of the same role while the parameters stay unchanged.
+
+        Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
+        position ids the rows' own part."""
+        lm = self._active_lm()
+        p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else 0
+        p = min(p, min(len(s) for s in seqs) - 1)  # every row keeps one token of its own
+        stored = None
+        if reuse and self.share_prefix:
+            key = (role_index, self._in_reference)
+            entry = self._prefixes.get(key)
+            if entry is not None:
+                tokens, version, cache = entry
+                n = len(tokens)
+                if (version == self._params_version() and n <= min(len(s) for s in seqs) - 1
+                        and all(tuple(s[:n]) == tokens for s in seqs)):
+                    stored, p = cache, n
+                else:
+                    del self._prefixes[key]
+        if stored is None and (not self.share_prefix or p < MIN_SHARED_PREFIX):
+            embeds, attn, pos = self._inputs(seqs, role_index)
+            out = lm(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=reuse,
+                     logits_to_keep=logits_to_keep)
+            return out, attn, pos
+        R = self.cfg.role_vectors
+        if stored is None:
+            ids = torch.tensor([seqs[0][:p]], dtype=torch.long, device=self.device)
+            emb = lm.get_input_embeddings()(ids)
+            rv = self._role_vectors()[role_index].to(emb.dtype).unsqueeze(0)
+            pre = torch.cat([rv, emb], dim=1)
+            pos0 = torch.arange(R + p, device=self.device).unsqueeze(0)
+            out0 = lm(inputs_embeds=pre, attention_mask=torch.ones((1, R + p), dtype=torch.long, device=self.device),
+                      position_ids=pos0, use_cache=True, logits_to_keep=1)
+            stored = _cache_of(out0)
+            if reuse:
+                self._prefixes[(role_index, self._in_reference)] = (tuple(seqs[0][:p]), self._params_version(), stored)
+        if reuse:
+            cache = copy.deepcopy(stored)  # the stored prefix stays a batch of one, unextended
+        else:
+            cache = stored
+        B = len(seqs)
+        cache.batch_repeat_interleave(B)
+        rows = [s[p:] for s in seqs]
+        S = max(len(r) for r in rows)
+        ids = torch.full((B, S), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((B, S), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, S - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, S - len(r):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        attn = torch.cat([torch.ones((B, R + p), dtype=torch.long, device=self.device), mask], dim=1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, R + p:]
+        emb = lm.get_input_embeddings()(ids)
+        out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
+                 logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
+        return out, attn, pos
+
     # ------------------------------------------------------------------ reference policy
 
     def keep_reference(self) -> None:
@@ -232,9 +314,7 @@ class RoleModel(nn.Module):
         if L == 0:
             z = torch.zeros((B, 0), device=self.device)
             return z, z.bool()
-        embeds, attn, pos = self._inputs([p + c for p, c in zip(prompt_ids, comps)], ri)
-        out = self._active_lm()(inputs_embeds=embeds, attention_mask=attn, position_ids=pos,
-                                use_cache=False, logits_to_keep=L + 1)
+        out, _, _ = self._prefill([p + c for p, c in zip(prompt_ids, comps)], ri, logits_to_keep=L + 1, reuse=False)
         logits = out.logits[:, :-1].float() / temperature  # [B, L, V]: position j predicts token j of a right-aligned completion
         V = logits.shape[-1]
         rows = []
@@ -323,8 +403,7 @@ class RoleModel(nn.Module):
         B = len(seqs)
         lm = self._active_lm()
         t0 = time.perf_counter()
-        embeds, attn, pos = self._inputs(seqs, ri)
-        out = lm(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out, attn, pos = self._prefill(seqs, ri, logits_to_keep=1, reuse=True)
         cache, logits = _cache_of(out), out.logits[:, -1].float()
         next_pos = pos[:, -1:] + 1
         prefill_ms = 1000 * (time.perf_counter() - t0)

@@ -449,9 +449,16 @@ class Trainer:
                         add("value_loss", loss.item())
                     self.backend.backward(loss * weight, last=last)
                 add("grad_norm", self.backend.step())
+                self._forget_prefixes()
         out = {k: sum(v) / len(v) for k, v in stats.items() if v}
         out["update_tokens"] = tokens_done
         return out
+
+    def _forget_prefixes(self) -> None:
+        """Stored prompt prefixes are stale after a step (DeepSpeed may update parameters in
+        ways their version counters do not see)."""
+        for m in {id(m): m for m in self.models.values()}.values():
+            getattr(m, "forget_prefixes", lambda: None)()
 
     def _ppo_loss(self, role: str, chunk: list[StepItem]) -> tuple[torch.Tensor, dict]:
         cfg = self.cfg
@@ -484,6 +491,7 @@ class Trainer:
         loss, _, _ = L.judge_loss(s, torch.tensor([float(b) for b in labels]), self.cfg.band_weight)
         self.backend.backward(loss, last=True)
         self.backend.step()
+        self._forget_prefixes()
         return float(loss)
 
     # ------------------------------------------------------------------ metrics

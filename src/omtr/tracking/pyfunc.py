@@ -25,6 +25,7 @@ ARTIFACT_KEY = "model"
 INPUT_COLUMN = "task"
 OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "judge_score", "planner_calls",
                   "final_category", "repair_trace")
+EXAMPLE_TOKENS = 16  # the input example's answer length: MLflow runs it once when the model is logged
 EXAMPLE_TASK = ("There are two blocks, a and b, both on the table. Stack block a on top of block b.")
 
 
@@ -204,8 +205,10 @@ def log_role_model(model_dir: str, *, name: str = "model", limits: ServingLimits
                    registered_model_name: str | None = None):
     """Log ``model_dir`` (a role-model directory) as a pyfunc in the active run; returns the
     ``ModelInfo``. Only files are logged: the directory is copied into the model's artifacts.
-    MLflow checks the input example by loading the logged model and answering it once (a full
-    episode under ``limits``: seconds on ``micro``, longer on SmolLM2)."""
+    MLflow checks the input example by loading the logged model and answering it once; the example
+    carries the params ``budget=1, max_new_tokens=EXAMPLE_TOKENS`` (one short Actor answer and one
+    planner call), so registration stays a matter of seconds on any profile and the logged example
+    shows callers how params are sent."""
     import pandas as pd
 
     from pathlib import Path
@@ -220,7 +223,7 @@ def log_role_model(model_dir: str, *, name: str = "model", limits: ServingLimits
         python_model=RoleModelPyfunc(),
         artifacts={ARTIFACT_KEY: str(model_dir)},
         signature=signature(),
-        input_example=[EXAMPLE_TASK],
+        input_example=([EXAMPLE_TASK], {"budget": 1, "max_new_tokens": EXAMPLE_TOKENS}),
         model_config=asdict(limits),
         registered_model_name=registered_model_name,
         pip_requirements=_requirements(),
