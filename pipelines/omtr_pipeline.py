@@ -135,7 +135,7 @@ def omtr_pipeline(
     max_objects: int = 4,
     seed: int = 0,
     eval_budget: int = 2,
-    max_new_tokens: int = 200,
+    max_new_tokens: int = 448,
     bootstrap: int = 1000,
     solver_url: str = SOLVER_URL,
     mlflow_tracking_uri: str = MLFLOW_URI,

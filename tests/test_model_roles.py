@@ -326,3 +326,31 @@ def test_a_shared_prompt_prefix_is_computed_once_with_the_same_results(perturbed
         m.share_prefix = True
         with torch.no_grad():
             m.role_embeddings.sub_(0.01)
+
+
+def test_grammar_limits_of_the_config_bound_the_answer_and_travel_with_the_model(tmp_path):
+    """ModelConfig.grammar_limits tightens the grammar's repetitions (the small profile uses it so
+    that SmolLM2 closes its spec instead of repeating an action until the budget ends); the bounds
+    are saved with the model; unknown bounds are refused by name."""
+    from omtr.config import ConfigError, ModelConfig
+    from omtr.model import build_model
+    from omtr.model.roles import RoleModel
+    from omtr.rl.config import TrainConfig
+
+    cfg = model_profile("micro").replace(grammar_limits={"actions": 1, "predicates": 2, "literals": 2, "init": 2,
+                                                         "goal": 1, "objects": 2, "types": 1, "name_len": 4})
+    m = build_model(cfg)
+    gens = m.generate("actor", PROMPTS, Sampling(greedy=False, temperature=1.0, max_new_tokens=600, seed=2), grammar=True)
+    for g in gens:
+        assert g.finish_reason == "stop", "the bounded grammar closes the spec"
+        assert g.text.count("(:action") <= 1
+    m.save(tmp_path / "m")
+    assert RoleModel.load(tmp_path / "m").cfg.grammar_limits == cfg.grammar_limits
+    assert model_profile("small").grammar_limits["actions"] >= 4, "BlocksWorld needs four actions"
+    with pytest.raises(ConfigError, match="'action'"):
+        ModelConfig(grammar_limits={"action": 3})
+    with pytest.raises(ConfigError, match="'init'"):
+        TrainConfig(grammar_limits={"init": 0})
+    assert TrainConfig().with_overrides(['grammar_limits={"actions": 6}']).grammar_limits == {"actions": 6}
+    with pytest.raises(ConfigError, match="JSON object"):
+        TrainConfig().with_overrides(["grammar_limits={actions: 6}"])

@@ -310,6 +310,12 @@ class ModelConfig:
         default=True,
         metadata={"help": "Constrain Actor/Editor output to omtr's PDDL grammar (xgrammar)."},
     )
+    grammar_limits: dict = field(
+        default_factory=dict,
+        metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "
+                          "(names of omtr.model.grammar.GrammarLimits; empty: its defaults). A small model that "
+                          "repeats itself is forced to close the domain and the problem within its token budget."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of every random initialisation (micro weights, role vectors, adapters, Judge head)."})
     micro: MicroShape = field(default_factory=MicroShape, metadata={"help": "Shape of the micro backbone."})
 
@@ -326,6 +332,11 @@ class ModelConfig:
             raise ConfigError("lora_targets is empty; name modules such as q_proj, v_proj")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError("lora_dropout must be in [0, 1)")
+        bad = [k for k, v in dict(self.grammar_limits).items()
+               if k not in GRAMMAR_LIMIT_NAMES or not isinstance(v, int) or isinstance(v, bool) or v < 1]
+        if bad:
+            raise ConfigError(f"grammar_limits: {', '.join(map(repr, bad))} not a known bound with a positive integer; "
+                              f"known bounds: {', '.join(GRAMMAR_LIMIT_NAMES)}")
 
     def replace(self, **changes) -> "ModelConfig":
         """A copy with some fields changed; ``None`` values are ignored (unset CLI flags)."""
@@ -345,11 +356,19 @@ class ModelConfig:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+# The bounds of omtr.model.grammar.GrammarLimits (kept here so that configs validate without torch).
+GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args", "actions", "parameters",
+                       "literals", "objects", "init", "goal", "atom_args")
+
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+SMALL_GRAMMAR_LIMITS = {"predicates": 8, "actions": 4, "parameters": 3, "literals": 6, "objects": 8, "init": 16, "goal": 8}
 
 MODEL_PROFILES: dict[str, ModelConfig] = {
     # CPU default: SmolLM2-135M-Instruct; r=16 on attention gives each role ~1.4% of the parameters.
-    "small": ModelConfig(backbone="small", lora_r=16, grammar=True),
+    # The grammar's bounds are tightened so that SmolLM2, which tends to repeat an action or an
+    # init atom until its budget runs out, closes a BlocksWorld-sized spec within ~450 tokens.
+    "small": ModelConfig(backbone="small", lora_r=16, grammar=True, grammar_limits=dict(SMALL_GRAMMAR_LIMITS)),
     # Unit tests: a random ~1M-parameter Qwen2 with a locally trained tokenizer.
     "micro": ModelConfig(backbone="micro", lora_r=4, lora_alpha=8, grammar=True),
     # The paper: Qwen2.5-7B-Instruct, bf16 on GPUs, trainable backbone; r=48 on every linear layer

@@ -45,8 +45,8 @@ def register(sub) -> None:
     p.add_argument("--set", dest="train_set", action="append", default=[], metavar="KEY=VALUE",
                    help="an `omtr train --set` (repeatable)")
     p.add_argument("--eval-budget", type=int, default=2, metavar="K", help="planner calls per validation task (default 2)")
-    p.add_argument("--max-new-tokens", type=int, default=200, metavar="N",
-                   help="token limit per answer in evaluation and serving (default 200)")
+    p.add_argument("--max-new-tokens", type=int, default=448, metavar="N",
+                   help="token limit per answer in evaluation and serving (default 448)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B")
     p.add_argument("--name", default="omtr-role-model", help="registered model name")
     p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (default point)")

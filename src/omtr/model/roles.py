@@ -356,7 +356,9 @@ class RoleModel(nn.Module):
         if self._grammar is None:
             from omtr.model.grammar import PddlGrammar
 
-            self._grammar = PddlGrammar(self.tokenizer, self._vocab_size())
+            from omtr.model.grammar import GrammarLimits
+
+            self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), GrammarLimits(**self.cfg.grammar_limits))
         return self._grammar
 
     def set_grammar_limits(self, limits) -> None:

@@ -45,6 +45,8 @@ class TrainConfig:
     max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
     rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
+    grammar_limits: dict | None = _f(None, "Bounds of the grammar's repetitions, e.g. {\"actions\": 4} (None: the model's; "
+                                           "see ModelConfig.grammar_limits). Saved with the trained model.")
 
     # ---------------------------------------------------------------- rewards
     reward: str = _f("binary", "Outcome score of a verdict, by name: binary (the paper: success 1, else 0) "
@@ -102,6 +104,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         from omtr.rl.advantages import ADVANTAGE_ESTIMATORS
         from omtr.rl.rewards import OUTCOME_SCORES
+
+        if self.grammar_limits is not None:
+            from omtr.config import ModelConfig
+
+            ModelConfig(grammar_limits=dict(self.grammar_limits))  # the same check as the model's
 
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
                "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers")
@@ -211,6 +218,14 @@ def _parse_value(raw: str, current: Any, key: str) -> Any:
         if raw.lower() in ("false", "0", "no", "off"):
             return False
         raise ConfigError(f"--set {key}={raw}: expected true or false")
+    if isinstance(current, dict) or raw.startswith("{"):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError(f"--set {key}={raw}: expected a JSON object, e.g. --set {key}='{{\"actions\": 4}}'")
+        return value
     if isinstance(current, tuple):
         return tuple(float(x) for x in raw.strip("()[]").split(","))
     for cast in (int, float):
@@ -235,7 +250,7 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     "paper": TrainConfig(profile="paper", model="paper", minibatches=4),
     # A short CPU demonstration on SmolLM2: finishes in minutes on 2 cores.
     "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=1, episodes_per_batch=4,
-                         max_repairs=1, max_new_tokens=200, micro_batch_size=4, solver_time_limit_s=20.0,
+                         max_repairs=1, max_new_tokens=448, micro_batch_size=4, solver_time_limit_s=20.0,
                          solver_memory_mb=2048, frozen_backbone=True, checkpoint_every_updates=0),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
     "micro": TrainConfig(profile="micro", model="micro", cycles=2, updates_per_cycle=2, episodes_per_batch=4,

@@ -100,6 +100,9 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["train_backbone"] = not cfg.frozen_backbone
         if cfg.grammar is not None:
             changes["grammar"] = cfg.grammar
+        if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
+            changes["grammar_limits"] = dict(cfg.grammar_limits)
+            m._grammar = None  # rebuilt with the new bounds on first use
         if changes:
             m.cfg = m.cfg.replace(**changes)
             m._set_trainable()  # re-apply which parameters train under the new setting

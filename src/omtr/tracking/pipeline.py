@@ -42,7 +42,7 @@ class PipelineConfig:
     seed: int = 0
     train_set: tuple[str, ...] = ()  # extra `omtr train --set k=v`
     eval_budget: int = 2  # planner calls per validation task
-    eval_max_new_tokens: int = 200  # token limit per answer in evaluation and serving
+    eval_max_new_tokens: int = 448  # token limit per answer in evaluation and serving
     bootstrap: int = 1000
     name: str = "omtr-role-model"  # registered model
     rule: str = "point"  # promotion rule (point, ci)
