@@ -144,3 +144,21 @@ def test_a_mistyped_choice_fails_the_first_step(tmp_path):
     with pytest.raises(ValueError, match=r"train_on='gpus' is not one of \['cpu', 'gpu', 'train-job'\]"):
         fn(family="blocksworld", n_train=1, n_val=1, min_objects=2, max_objects=2, seed=0, timeout_s=60,
            choices={"train_on": ["gpus", ["cpu", "gpu", "train-job"]]}, train_tasks=_Out(), val_tasks=_Out())
+
+
+def test_compile_for_another_registry_replaces_every_image(tmp_path):
+    """`omtr pipeline compile --image` points every step (and the trainer image's default) at the
+    cluster's own registry; a malformed image is refused by name."""
+    import yaml
+
+    from omtr.k8s.kubeflow import KubeflowError, compile_pipeline
+
+    out = compile_pipeline(tmp_path / "p.yaml", image="registry.example.com/ml/omtr:1.2.3")
+    docs = list(yaml.safe_load_all(out.read_text()))
+    images = {ex["container"]["image"] for ex in docs[0]["deploymentSpec"]["executors"].values()}
+    assert images == {"registry.example.com/ml/omtr:1.2.3"}
+    assert docs[0]["root"]["inputDefinitions"]["parameters"]["trainer_image"]["defaultValue"] == \
+        "registry.example.com/ml/omtr-trainer-gpu:1.2.3"
+    assert "ghcr.io" not in out.read_text()
+    with pytest.raises(KubeflowError, match="'omtr latest'"):
+        compile_pipeline(tmp_path / "q.yaml", image="omtr latest")

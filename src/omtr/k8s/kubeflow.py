@@ -52,12 +52,28 @@ def load_pipeline(source: str | None = None):
     return module
 
 
-def compile_pipeline(out: str | Path, source: str | None = None) -> Path:
-    """Compile the pipeline to ``out`` (YAML) and return its path."""
+def compile_pipeline(out: str | Path, source: str | None = None, image: str | None = None) -> Path:
+    """Compile the pipeline to ``out`` (YAML) and return its path.
+
+    ``image`` (``REGISTRY/REPO/omtr:TAG``) replaces the omtr image every step runs on, and the
+    trainer image's default is derived from it (``.../omtr-trainer-gpu:TAG``), for clusters that
+    pull from their own registry; the committed package names the project's default images."""
     out = Path(out)
     if out.parent and not out.parent.is_dir():
         raise KubeflowError(f"--out {out}: folder {out.parent} does not exist")
-    load_pipeline(source).compile_to(str(out))
+    module = load_pipeline(source)
+    module.compile_to(str(out))
+    if image:
+        if any(c.isspace() for c in image) or ":" not in image.rsplit("/", 1)[-1]:
+            raise KubeflowError(f"--image {image!r}: expected REGISTRY/REPO/omtr:TAG (a tag or @sha256 digest)")
+        default = module.steps.OMTR_IMAGE
+        text = out.read_text(encoding="utf-8")
+        if default not in text:
+            raise KubeflowError(f"the compiled pipeline does not name the default image {default}; cannot replace it")
+        trainer = image.replace("/omtr:", "/omtr-trainer-gpu:") if "/omtr:" in image else None
+        if trainer and module.TRAINER_IMAGE in text:
+            text = text.replace(module.TRAINER_IMAGE, trainer)
+        out.write_text(text.replace(default, image), encoding="utf-8")
     return out
 
 
