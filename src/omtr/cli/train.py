@@ -14,7 +14,7 @@ EXAMPLES = """  omtr tasks generate --family blocksworld --n 40 --max-objects 3 
   omtr train --tasks T.jsonl --out runs/grpo --set advantage=group --set samples_per_task=4
   omtr train --profile paper --tasks T.jsonl --out runs/paper --config configs/train/paper.yaml
   deepspeed --num_gpus 8 -m omtr train --profile paper --tasks T.jsonl --out runs/paper \\
-      --set deepspeed=configs/deepspeed/zero3_bf16.json
+      --set deepspeed=configs/deepspeed/zero2_bf16.json      # data parallel: each rank its share
 
 A run directory holds config.json, checkpoints/ (every cycle and every checkpoint_every_updates
 updates; `latest` names the newest), episodes/cycle-NNNN/update-NNNNNN.parquet (one row per role
@@ -22,6 +22,8 @@ step, validated before the update uses it, with the suite's report beside it), m
 training_curve.png and model/ (a model directory for `omtr infer --model`). Every run logs to
 MLflow ($MLFLOW_TRACKING_URI, default ./mlruns.db). SIGTERM writes a checkpoint and exits with
 status 143; --resume continues from it. Profiles: small (the default, a CPU demo), paper, micro.
+Under a launcher (deepspeed, torchrun) each rank rolls out its share of every batch; rank 0 writes
+metrics.jsonl, MLflow and model/, each rank its own episode log (update-NNNNNN.rank-RRRR.parquet).
 
 Config keys (--set key=value, or a JSON/YAML --config file):
 """
@@ -103,6 +105,8 @@ def run(args) -> int:
     except EpisodeLogInvalid as exc:
         print(f"omtr train: the episode log failed validation; training stopped before the update:\n{exc}")
         return 1
+    if not trainer.coll.is_main:  # under a launcher, rank 0 reports for the run
+        return 143 if status == "stopped" else 0
     last = trainer.history[-1] if trainer.history else {}
     print(f"{status}: update {trainer.update}/{cfg.total_updates}, episodes {trainer.episodes_done}, "
           f"planner calls {trainer.planner_calls}")

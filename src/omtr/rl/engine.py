@@ -3,6 +3,18 @@
 The trainer computes losses in micro-batches and calls :meth:`Backend.backward` once per
 micro-batch, then :meth:`Backend.step` once per optimizer step; both backends accumulate the
 micro-batches' gradients. The same trainer code runs on either.
+
+Data parallelism (``world > 1``, see :mod:`omtr.rl.distributed`): the gradient a step applies is
+the **sum over ranks** of what each rank's backward calls produced, so the trainer normalises its
+losses by batch-wide counts. Ranks hold different numbers of micro-batches and roles, so neither
+backend reduces inside a micro-batch's backward: each rank accumulates locally and the ranks meet
+once per step, with one collective of the same shape on every rank (plain torch: one all-reduce of
+the flattened gradients; DeepSpeed: one backward of a surrogate ``sum(p * g)`` over every trainable
+parameter, whose gradient is the accumulated ``g``, times ``world`` because DeepSpeed averages).
+The local accumulation holds one gradient-sized buffer of the trainable parameters per rank (small
+for adapters; a trainable backbone's size in its dtype otherwise). ZeRO-3 is refused across ranks:
+its parameters are gathered by collectives in every forward pass, and ranks whose rollouts
+generate different numbers of tokens would wait on each other forever.
 """
 
 from __future__ import annotations
@@ -13,6 +25,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from omtr.config import ConfigError
+from omtr.rl.distributed import Collective
 
 
 class TrainModules(nn.Module):
@@ -37,11 +52,16 @@ def param_groups(mods: TrainModules, lr: float, value_lr: float, weight_decay: f
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, mods: TrainModules, cfg):
+    def __init__(self, mods: TrainModules, cfg, coll: Collective | None = None):
         self.mods = mods
         self.cfg = cfg
+        self.coll = coll or Collective()
         self.optimizer = torch.optim.Adam(param_groups(mods, cfg.lr, cfg.value_lr, cfg.weight_decay),
                                           betas=tuple(cfg.adam_betas))
+        if self.coll.active:  # every rank starts from rank 0's trainable parameters
+            with torch.no_grad():
+                for _, p in mods.trainable_named():
+                    torch.distributed.broadcast(p.data, src=0)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -50,10 +70,27 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> float:
+        if self.coll.active:
+            self._all_reduce_grads()
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf"))
         self.optimizer.step()
         return float(norm)
+
+    def _all_reduce_grads(self) -> None:
+        """Sum every trainable parameter's gradient over the ranks (a rank without one adds zeros);
+        a parameter no rank gave a gradient keeps none, as in one process."""
+        params = [p for _, p in self.mods.trainable_named()]
+        has = torch.tensor([float(p.grad is not None) for p in params], device=params[0].device)
+        flat = torch.cat([has] + [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                                  for p in params])
+        torch.distributed.all_reduce(flat)
+        i = len(params)
+        for k, p in enumerate(params):
+            n = p.numel()
+            if flat[k] > 0:
+                p.grad = flat[i:i + n].view_as(p).to(p.dtype).clone()
+            i += n
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
@@ -69,10 +106,18 @@ class DeepSpeedBackend:
 
     name = "deepspeed"
 
-    def __init__(self, mods: TrainModules, cfg):
+    def __init__(self, mods: TrainModules, cfg, coll: Collective | None = None):
         import deepspeed
 
         ds_cfg = load_ds_config(cfg.deepspeed)
+        self.coll = coll or Collective()
+        stage = int((ds_cfg.get("zero_optimization") or {}).get("stage", 0))
+        if self.coll.active and stage >= 3:
+            raise ConfigError(
+                f"{cfg.deepspeed}: ZeRO-3 across {self.coll.world} ranks is not supported for training: it "
+                "partitions parameters, so every forward pass is collective, and the ranks' rollouts generate "
+                "different numbers of tokens (generation would hang). Use ZeRO-1 or ZeRO-2, e.g. "
+                "--set deepspeed=configs/deepspeed/zero2_bf16.json")
         if not torch.distributed.is_initialized():
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("LOCAL_RANK", "0")
@@ -94,16 +139,37 @@ class DeepSpeedBackend:
             model_parameters=None if optimizer is not None else param_groups(mods, cfg.lr, cfg.value_lr, cfg.weight_decay),
             config=ds_cfg)
         self.mods = self.engine.module
+        self._params = [p for _, p in self.mods.trainable_named()]
+        self._acc: list[torch.Tensor | None] = [None] * len(self._params)
 
     def zero_grad(self) -> None:
         self.engine.zero_grad()
+        self._acc = [None] * len(self._params)
 
     def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        if self.coll.active:  # accumulate here; the ranks meet in step()
+            grads = torch.autograd.grad(loss, self._params, allow_unused=True)
+            for i, g in enumerate(grads):
+                if g is not None:  # kept in the parameter's dtype, as DeepSpeed accumulates itself
+                    if self._acc[i] is None:
+                        self._acc[i] = g.detach().clone()
+                    else:
+                        self._acc[i].add_(g.detach())
+            return
         self.engine.set_gradient_accumulation_boundary(last)
         self.engine.backward(loss)
 
     def step(self) -> float:
         self.engine.set_gradient_accumulation_boundary(True)
+        if self.coll.active:
+            # The same graph on every rank: d/dp sum(p * g) = g for every trainable parameter, so
+            # ZeRO's gradient hooks fire in one order everywhere; DeepSpeed averages over ranks,
+            # the factor world makes that the sum.
+            w = float(self.coll.world)
+            surrogate = sum((p * (torch.zeros_like(p) if g is None else g.to(p.dtype) * w)).sum()
+                            for p, g in zip(self._params, self._acc))
+            self.engine.backward(surrogate)
+            self._acc = [None] * len(self._params)
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
@@ -126,5 +192,5 @@ def load_ds_config(path: str) -> dict:
         raise FileNotFoundError(f"DeepSpeed config {path} not found; see configs/deepspeed/") from None
 
 
-def make_backend(mods: TrainModules, cfg):
-    return DeepSpeedBackend(mods, cfg) if cfg.deepspeed else TorchBackend(mods, cfg)
+def make_backend(mods: TrainModules, cfg, coll: Collective | None = None):
+    return DeepSpeedBackend(mods, cfg, coll) if cfg.deepspeed else TorchBackend(mods, cfg, coll)

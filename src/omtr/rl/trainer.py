@@ -20,6 +20,16 @@ takes the same next batch with the same parameters as one never stopped.
 
 Tasks reach the trainer as :class:`omtr.tasks.training.TrainingTask`: there is no reference field
 to read.
+
+Data parallelism (a launcher such as ``deepspeed`` or ``torchrun`` started several processes; see
+:mod:`omtr.rl.distributed`): the batch stays ``batch_tasks(update)``, each rank rolls out its
+contiguous share of its tasks (whole groups), whitening, loss normalisers and metrics are computed
+over the whole batch, and the step applies the batch's gradient. Rank 0 alone writes
+``config.json``, ``metrics.jsonl``, the MLflow run, the curve and ``model/``; each rank writes and
+validates its own episode log (``update-NNNNNN.rank-RRRR.parquet``) and every rank stops if any
+log fails. Checkpoints are written by all ranks together (DeepSpeed's is collective; each rank's
+RNG states beside it), ``latest`` by rank 0 after the others finished. A SIGTERM on any rank stops
+all of them at the next update boundary, after a checkpoint.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ from omtr.inference.policy import Sampling
 from omtr.rl import losses as L
 from omtr.rl.advantages import ADVANTAGE_ESTIMATORS, Trajectory
 from omtr.rl.config import TrainConfig
+from omtr.rl.distributed import Collective, init_from_env, merge_weighted_means, shard
+from omtr.rl.distributed import whiten as whiten_over_ranks
 from omtr.rl.engine import TrainModules, make_backend
 from omtr.rl.rewards import OUTCOME_SCORES, actor_reward, editor_reward, outcome
 from omtr.tasks.training import TrainingTask
@@ -146,6 +158,7 @@ class StepItem:
 class JudgeItem:
     prompt: list
     label: bool
+    index: int = 0  # position among the batch's Judge items (all ranks), for the minibatch split
 
 
 # ---------------------------------------------------------------------------------------- trainer
@@ -173,6 +186,7 @@ class Trainer:
         self._stop = threading.Event()
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
+        self.coll: Collective = init_from_env(use_deepspeed=bool(cfg.deepspeed))
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.models = build_models(cfg, model)
@@ -185,18 +199,19 @@ class Trainer:
         nn.init.zeros_(value_head.bias)
         names = {"shared": self.distinct[0]} if len(self.distinct) == 1 else dict(self.models)
         self.modules = TrainModules(names, value_head)
-        self.backend = make_backend(self.modules, cfg)
+        self.backend = make_backend(self.modules, cfg, self.coll)
         self.value_head = self.backend.mods.value_head
         # counters and data position
         self.update = 0  # updates done
         self.episodes_done = 0
         self.planner_calls = 0
         self.history: list[dict] = []
+        self.rollout_task_ids: list[str] = []  # the tasks this rank rolled out in its last update
         self.out.mkdir(parents=True, exist_ok=True)
         self._tracker = None
         if resume:
             self._load_latest()
-        else:
+        elif self.coll.is_main:
             self._write_config()
 
     # ------------------------------------------------------------------ data position
@@ -214,6 +229,19 @@ class Trainer:
         n = self.cfg.tasks_per_batch
         return [self.tasks[order[(k * n + i) % len(order)]] for i in range(n)]
 
+    def rank_tasks(self, update: int | None = None) -> tuple[int, list[TrainingTask]]:
+        """This rank's share of :meth:`batch_tasks` (all of it in one process): the position of its
+        first task in the batch, and its tasks. The ranks' shares are disjoint and cover the batch."""
+        batch = self.batch_tasks(update)
+        share = shard(len(batch), self.coll.rank, self.coll.world)
+        return share.start, [batch[i] for i in share]
+
+    def _stop_requested(self) -> bool:
+        """The stop flag of every rank together: any rank's SIGTERM stops them all."""
+        if self.coll.any(self._stop.is_set()):
+            self._stop.set()
+        return self._stop.is_set()
+
     # ------------------------------------------------------------------ public entry
     def request_stop(self) -> None:
         """Stop at the next safe point after writing a checkpoint (what SIGTERM does)."""
@@ -229,7 +257,7 @@ class Trainer:
         bar = Progress(target - self.update, "updates", quiet=self.quiet, every_s=0.0, logger=log)
         with self._signals(), self._environment() as env, self._tracking():
             while self.update < target:
-                if self._stop.is_set():
+                if self._stop_requested():
                     break
                 metrics = self.train_step(env)
                 if metrics is None:  # stopped during the rollout: that batch is taken again on resume
@@ -241,11 +269,12 @@ class Trainer:
                     self._end_cycle()
                 if end_of_cycle or (every and self.update % every == 0):
                     self.save_checkpoint()
-            status = "finished" if self.update >= total else ("stopped" if self._stop.is_set() else "paused")
+            status = "finished" if self.update >= total else ("stopped" if self._stop_requested() else "paused")
             if not (self._latest_dir() and self._latest_dir().name == _ckpt_name(self.update)):
                 self.save_checkpoint()
-            if status == "finished":
+            if status == "finished" and self.coll.is_main:
                 self._finish()
+            self.coll.barrier()
         bar.close()
         return status
 
@@ -253,22 +282,28 @@ class Trainer:
     def train_step(self, env) -> dict | None:
         cfg = self.cfg
         t0 = time.perf_counter()
-        tasks = [t for t in self.batch_tasks() for _ in range(cfg.samples_per_task)]
+        start, mine = self.rank_tasks()
+        self.rollout_task_ids = [t.id for t in mine]
+        tasks = [t for t in mine for _ in range(cfg.samples_per_task)]
         sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
-                            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed * 7919 + self.update)
+                            max_new_tokens=cfg.max_new_tokens,
+                            seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank)
         policy = self.models["actor"] if len(self.distinct) == 1 else RoleRouter(self.models)
         for m in self.distinct:
             m.eval()
         episodes = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
                                 budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
-                                judge=cfg.use_judge)
+                                judge=cfg.use_judge) if tasks else []
         rollout_s = time.perf_counter() - t0
-        log.info("update %d: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s", self.update + 1,
+        log.info("update %d%s: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s", self.update + 1,
+                 f" (rank {self.coll.rank}/{self.coll.world})" if self.coll.active else "",
                  len(episodes), sum(e.planner_calls for e in episodes),
                  sum(len(s.token_ids) for e in episodes for s in e.steps), rollout_s)
-        if self._stop.is_set():
+        if self._stop_requested():
             return None
-        first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch
+        # episodes are numbered within the cycle, over the whole batch: this rank's come after the
+        # lower ranks' (contiguous shares)
+        first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task
         items, judge_items = self._items(episodes, first)
         t1 = time.perf_counter()
         self._reference_pass(items)
@@ -279,13 +314,14 @@ class Trainer:
         stats = self._update(items, judge_items)
         update_s = time.perf_counter() - t2
         self.update += 1
-        self.episodes_done += len(episodes)
-        calls = sum(e.planner_calls for e in episodes)
+        batch = self._gather_batch(episodes, items, (rollout_s, ref_s, update_s, validation.get("seconds", 0.0)))
+        self.episodes_done += len(batch["episodes"])
+        calls = sum(e["calls"] for e in batch["episodes"])
         self.planner_calls += calls
-        metrics = self._metrics(episodes, items, judge_items, stats, rollout_s, ref_s, update_s, calls)
-        metrics["validation_s"] = validation.get("seconds", 0.0)
+        metrics = self._metrics(batch, stats, calls)
         self.history.append({"update": self.update, "cycle": (self.update - 1) // cfg.updates_per_cycle, **metrics})
-        self._log_metrics(metrics, log_path, validation)
+        if self.coll.is_main:
+            self._log_metrics(metrics, log_path, validation)
         return metrics
 
     # ------------------------------------------------------------------ rewards
@@ -299,7 +335,7 @@ class Trainer:
         items: list[StepItem] = []
         judge_items: list[JudgeItem] = []
         for n, ep in enumerate(episodes):
-            group = (self.update, n // cfg.samples_per_task)
+            group = (self.update, (first + n) // cfg.samples_per_task)
             prev = None
             T = len(ep.steps) - 1
             r_e = editor_reward(score_of[(n, T)], T, cfg.editor_step_penalty) if T > 0 else None
@@ -321,6 +357,9 @@ class Trainer:
                                       outcome=outcome(s.verdict), limited=s.verdict.limited,
                                       judge_score=s.judge_score, reward=reward))
                 prev = s
+        offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
+        for k, j in enumerate(judge_items):
+            j.index = offset + k
         return items, judge_items
 
     # ------------------------------------------------------------------ reference pass / values
@@ -356,16 +395,17 @@ class Trainer:
             values = [i.value if i.value is not None else 0.0 for i in its] if cfg.advantage == "gae" else None
             trajs.append(Trajectory(its[0].group, role, [i.reward for i in its], values))
             members.append(its)
-        if not trajs:
-            return
-        advs, rets = self.estimator(trajs, cfg.editor_gamma, cfg.gae_lambda, cfg.group_scale)
-        for its, a, r in zip(members, advs, rets):
-            for i, ai, ri in zip(its, a, r):
-                i.advantage, i.ret = ai, ri
+        if trajs:  # the groups of `group` are whole on every rank (shares are whole tasks)
+            advs, rets = self.estimator(trajs, cfg.editor_gamma, cfg.gae_lambda, cfg.group_scale)
+            for its, a, r in zip(members, advs, rets):
+                for i, ai, ri in zip(its, a, r):
+                    i.advantage, i.ret = ai, ri
         if cfg.whiten_advantages:
-            for role in GEN_ROLES:
+            for role in GEN_ROLES:  # over the whole batch: every rank takes part, with or without items
                 its = [i for i in items if i.role == role and i.advantage is not None]
-                for i, w in zip(its, L.whiten([i.advantage for i in its])):
+                values = [i.advantage for i in its]
+                white = whiten_over_ranks(values, self.coll) if self.coll.active else L.whiten(values)
+                for i, w in zip(its, white):
                     i.advantage = w
 
     # ------------------------------------------------------------------ episode log
@@ -384,20 +424,34 @@ class Trainer:
             if it is not None:
                 r["reward"], r["advantage"] = it.reward, it.advantage
         folder = self.out / "episodes" / f"cycle-{cycle:04d}"
-        path = folder / f"update-{self.update:06d}.parquet"
-        write_episode_log(rows, path)
+        stem = f"update-{self.update:06d}" + (f".rank-{self.coll.rank:04d}" if self.coll.active else "")
+        path = folder / f"{stem}.parquet"
+        if not rows:  # a rank without tasks (more ranks than the batch has tasks)
+            path = None
+        else:
+            write_episode_log(rows, path)
         if not self.cfg.validate_logs:
             return path, {}
-        report = validate_episode_log(path, max_step=max(self.cfg.budget - 1, 1))
-        text = report.describe()
-        (folder / f"update-{self.update:06d}.validation.txt").write_text(text + "\n")
-        if not report.success:
-            raise EpisodeLogInvalid(text)
+        report = validate_episode_log(path, max_step=max(self.cfg.budget - 1, 1)) if path is not None else None
+        ok = report is None or report.success
+        if report is not None:
+            text = report.describe()
+            (folder / f"{stem}.validation.txt").write_text(text + "\n")
+        failed = [r for r, good in enumerate(self.coll.gather(ok)) if not good]
+        if failed:  # every rank stops before the update, not only the one whose log failed
+            raise EpisodeLogInvalid(text if not ok else
+                                    f"the episode log of rank(s) {failed} failed validation (see their reports in {folder})")
+        if report is None:
+            return None, {}
         return path, {"seconds": report.seconds, "text": text, "rows": report.rows}
 
     # ------------------------------------------------------------------ the update
     def _update(self, items: list[StepItem], judge_items: list[JudgeItem]) -> dict:
+        """The batch's optimizer steps. Every loss term is a mean over the batch's items of one kind
+        (on all ranks): a micro-batch's loss is weighted by its share of that batch-wide count, and
+        the backend sums the ranks' gradients, so the step's gradient is the whole batch's."""
         cfg = self.cfg
+        coll = self.coll
         for m in self.distinct:
             m.train()
         train = [it for it in items if it.advantage is not None and it.tokens]
@@ -406,26 +460,31 @@ class Trainer:
         def add(key, value, n=1):
             stats.setdefault(key, []).extend([float(value)] * n)
 
-        eps = sorted({it.ep for it in train} | set(range(len(judge_items))))
-        parts = max(1, min(cfg.minibatches, len(eps) or 1))
+        local_eps = {it.ep for it in train} | {j.index for j in judge_items}
+        n_eps = len(set().union(*coll.gather(local_eps))) if coll.active else len(local_eps)
+        parts = max(1, min(cfg.minibatches, n_eps or 1))
         tokens_done = 0
         judge_scores: list[float] = []
         for _epoch in range(cfg.ppo_epochs):
             for part in range(parts):
                 part_items = [it for it in train if (it.ep % parts) == part]
-                part_judge = [j for k, j in enumerate(judge_items) if k % parts == part] if cfg.use_judge else []
+                part_judge = [j for j in judge_items if j.index % parts == part] if cfg.use_judge else []
+                vals = ([it for it in part_items if it.feature is not None and it.ret is not None]
+                        if cfg.advantage == "gae" else [])
+                local = [sum(it.role == "actor" for it in part_items), sum(it.role == "editor" for it in part_items),
+                         len(part_judge), len(vals)]
+                n_actor, n_editor, n_judge, n_vals = coll.sum(local) if coll.active else local
+                counts = {"actor": n_actor, "editor": n_editor}
                 jobs = []
                 for role, weight in (("actor", cfg.actor_weight), ("editor", cfg.editor_weight)):
                     its = [it for it in part_items if it.role == role]
-                    jobs += [("ppo", role, weight * len(c) / len(its), c) for c in _chunks(its, cfg.micro_batch_size)]
-                jobs += [("judge", "judge", cfg.judge_weight * len(c) / len(part_judge), c)
+                    jobs += [("ppo", role, weight * len(c) / counts[role], c) for c in _chunks(its, cfg.micro_batch_size)]
+                jobs += [("judge", "judge", cfg.judge_weight * len(c) / n_judge, c)
                          for c in _chunks(part_judge, cfg.micro_batch_size)]
-                if cfg.advantage == "gae":
-                    vals = [it for it in part_items if it.feature is not None and it.ret is not None]
-                    if vals:
-                        jobs.append(("value", "value", cfg.value_weight, vals))
-                if not jobs:
-                    continue
+                if vals:
+                    jobs.append(("value", "value", cfg.value_weight * len(vals) / n_vals, vals))
+                if not (n_actor or n_editor or n_judge or n_vals):
+                    continue  # no rank has anything to learn from in this part
                 self.backend.zero_grad()
                 for j, (kind, role, weight, chunk) in enumerate(jobs):
                     last = j == len(jobs) - 1
@@ -449,12 +508,16 @@ class Trainer:
                         v = self.value_head(feats).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
                         target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
                         loss = ((v - target) ** 2).mean()
-                        add("value_loss", loss.item())
+                        add("value_loss", loss.item(), len(chunk))
                     self.backend.backward(loss * weight, last=last)
-                add("grad_norm", self.backend.step())
+                add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
                 self._forget_prefixes()
-        out = {k: sum(v) / len(v) for k, v in stats.items() if v}
-        out["update_tokens"] = tokens_done
+        if coll.active:
+            out = merge_weighted_means(stats, coll)
+            out["update_tokens"] = coll.sum([tokens_done])[0]
+        else:
+            out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+            out["update_tokens"] = tokens_done
         return out
 
     def _forget_prefixes(self) -> None:
@@ -498,29 +561,50 @@ class Trainer:
         return float(loss)
 
     # ------------------------------------------------------------------ metrics
-    def _metrics(self, episodes, items, judge_items, stats, rollout_s, ref_s, update_s, calls) -> dict:
-        n = len(episodes)
+    def _gather_batch(self, episodes: list[Episode], items: list[StepItem], times: tuple) -> dict:
+        """What the metrics need of this rank's episodes and steps, as plain records, from every
+        rank (rank order, so the batch's episodes in batch order); the times of every rank."""
+        eps = [{"success": e.success, "actor_success": e.actor_success,
+                "final": outcome(e.final.verdict) if e.final is not None else None,
+                "judge": (e.judge_score, e.actor_success)
+                if e.judge_score is not None and not e.steps[0].verdict.limited else None,
+                "calls": e.planner_calls, "gen_tokens": sum(len(s.token_ids) for s in e.steps),
+                "actor_prompt_tokens": [s.prompt_tokens for s in e.steps if s.role == "actor"]}
+               for e in episodes]
+        its = [(it.role, it.ep, it.step, it.reward, it.outcome, it.limited, len(it.tokens)) for it in items]
+        mine = {"episodes": eps, "items": its, "times": tuple(times)}
+        parts = self.coll.gather(mine)
+        return {"episodes": [e for p in parts for e in p["episodes"]],
+                "items": [i for p in parts for i in p["items"]],
+                "times": [p["times"] for p in parts]}
+
+    def _metrics(self, batch: dict, stats: dict, calls: int) -> dict:
+        """The update's figures over the whole batch (every rank's episodes); times are the
+        slowest rank's (the update waits for it)."""
+        episodes, items = batch["episodes"], batch["items"]
+        rollout_s, ref_s, update_s, validation_s = (max(t[k] for t in batch["times"]) for k in range(4))
+        n = max(1, len(episodes))
         m: dict[str, float] = {}
-        ra = [it.reward for it in items if it.role == "actor" and it.reward is not None]
-        last_editor: dict[int, StepItem] = {}
+        ra = [r for role, _, _, r, *_ in items if role == "actor" and r is not None]
+        last_editor: dict[int, tuple] = {}
         for it in items:
-            if it.role == "editor" and (it.ep not in last_editor or it.step > last_editor[it.ep].step):
-                last_editor[it.ep] = it
-        re_ = [it.reward for it in last_editor.values() if it.reward is not None]
+            role, ep, step = it[:3]
+            if role == "editor" and (ep not in last_editor or step > last_editor[ep][2]):
+                last_editor[ep] = it
+        re_ = [it[3] for it in last_editor.values() if it[3] is not None]
         m["reward_actor"] = _mean(ra)
         m["reward_editor"] = _mean(re_)
-        m["success_rate"] = sum(e.success for e in episodes) / n
-        m["actor_success_rate"] = sum(e.actor_success for e in episodes) / n
-        m["limited_steps"] = float(sum(it.limited for it in items))
-        finals = [outcome(e.final.verdict) for e in episodes if e.final is not None]
+        m["success_rate"] = sum(e["success"] for e in episodes) / n
+        m["actor_success_rate"] = sum(e["actor_success"] for e in episodes) / n
+        m["limited_steps"] = float(sum(it[5] for it in items))
+        finals = [e["final"] for e in episodes if e["final"] is not None]
+        first = [it[4] for it in items if it[0] == "actor"]
         for cat in ("success", "syntax", "object_type", "predicate_schema", "precondition_effect",
                     "goal_constraint", "unreachable_search"):
             m[f"share_final_{cat}"] = finals.count(cat) / max(1, len(finals))
-            first = [it.outcome for it in items if it.role == "actor"]
             m[f"share_actor_{cat}"] = first.count(cat) / max(1, len(first))
-        m["mean_ladder_actor"] = _mean([_ladder(it.outcome) for it in items if it.role == "actor"])
-        scored = [(e.judge_score, e.actor_success) for e in episodes
-                  if e.judge_score is not None and not e.steps[0].verdict.limited]
+        m["mean_ladder_actor"] = _mean([_ladder(o) for o in first])
+        scored = [e["judge"] for e in episodes if e["judge"] is not None]
         if scored:
             ps, ys = [p for p, _ in scored], [y for _, y in scored]
             m["judge_ece"] = L.expected_calibration_error(ps, ys)
@@ -533,18 +617,21 @@ class Trainer:
         for k, v in stats.items():
             if k != "update_tokens":
                 m[k] = v
-        gen_tokens = sum(len(s.token_ids) for e in episodes for s in e.steps)
+        gen_tokens = sum(e["gen_tokens"] for e in episodes)
         m["gen_tokens"] = float(gen_tokens)
         m["rollout_tokens_per_s"] = gen_tokens / rollout_s if rollout_s > 0 else 0.0
         m["update_tokens_per_s"] = stats.get("update_tokens", 0) / update_s if update_s > 0 else 0.0
-        m["len_actor"] = _mean([len(it.tokens) for it in items if it.role == "actor"])
-        m["len_editor"] = _mean([len(it.tokens) for it in items if it.role == "editor"])
-        m["prompt_tokens_actor"] = _mean([s.prompt_tokens for e in episodes for s in e.steps if s.role == "actor"])
+        m["len_actor"] = _mean([it[6] for it in items if it[0] == "actor"])
+        m["len_editor"] = _mean([it[6] for it in items if it[0] == "editor"])
+        m["prompt_tokens_actor"] = _mean([t for e in episodes for t in e["actor_prompt_tokens"]])
         m["rollout_s"], m["reference_s"], m["update_s"] = rollout_s, ref_s, update_s
+        m["validation_s"] = validation_s
         m["planner_calls"] = float(calls)
         m["calls_per_episode"] = calls / n
         m["episodes_total"] = float(self.episodes_done)
         m["planner_calls_total"] = float(self.planner_calls)
+        if self.coll.active:
+            m["ranks"] = float(self.coll.world)
         return {k: float(v) for k, v in m.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
 
     # ------------------------------------------------------------------ checkpoints
@@ -562,34 +649,48 @@ class Trainer:
         return {n: p.detach().cpu().clone() for n, p in self.backend.mods.trainable_named()}
 
     def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/update-NNNNNN`` and point ``latest`` at it. With several ranks every
+        rank calls this (DeepSpeed's save is collective, and each rank keeps its RNG states);
+        rank 0 makes the folder, and renames it and writes ``latest`` after all ranks are done."""
+        coll = self.coll
         root = self._ckpt_root()
-        root.mkdir(parents=True, exist_ok=True)
         name = _ckpt_name(self.update)
         tmp = root / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        if coll.is_main:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        coll.barrier()
+        rng = {"python": random.getstate(), "torch": torch.get_rng_state()}
         client = {
             "counters": {"update": self.update, "episodes": self.episodes_done, "planner_calls": self.planner_calls},
             "data_position": {"cycle": self.cycle, "update_in_cycle": self.update % self.cfg.updates_per_cycle,
                               "next_tasks": [t.id for t in self.batch_tasks()] if self.update < self.cfg.total_updates else []},
-            "rng": {"python": random.getstate(), "torch": torch.get_rng_state()},
+            "rng": rng,
             "history": self.history,
             "config": self.cfg.to_dict(),
         }
         if self.backend.name == "deepspeed":
-            self.backend.save(tmp, client)
-        else:
+            self.backend.save(tmp, client)  # collective
+        elif coll.is_main:
             torch.save({"params": self.trainable_state(), "backend": self.backend.state_dict(), **client},
                        tmp / STATE_FILE)
-        (tmp / "trainer.json").write_text(json.dumps({k: client[k] for k in ("counters", "data_position")}, indent=2) + "\n")
+        if coll.active:
+            torch.save(rng, tmp / _rng_file(coll.rank))
+        coll.barrier()
         final = root / name
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
-        _atomic_write(root / LATEST, name)
-        kept = sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith("update-"))
-        for d in kept[:-self.cfg.keep_checkpoints]:
-            shutil.rmtree(d, ignore_errors=True)
-        log.info("checkpoint %s (update %d, cycle %d)", final, self.update, self.cycle)
+        if coll.is_main:
+            info = {k: client[k] for k in ("counters", "data_position")}
+            info["world_size"] = coll.world
+            (tmp / "trainer.json").write_text(json.dumps(info, indent=2) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
+            _atomic_write(root / LATEST, name)
+            kept = sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith("update-"))
+            for d in kept[:-self.cfg.keep_checkpoints]:
+                shutil.rmtree(d, ignore_errors=True)
+            log.info("checkpoint %s (update %d, cycle %d)", final, self.update, self.cycle)
+        coll.barrier()
         return final
 
     def _load_latest(self) -> None:
@@ -611,8 +712,16 @@ class Trainer:
             self.backend.load_state_dict(state["backend"])
         c = state["counters"]
         self.update, self.episodes_done, self.planner_calls = c["update"], c["episodes"], c["planner_calls"]
-        random.setstate(state["rng"]["python"])
-        torch.set_rng_state(state["rng"]["torch"])
+        rng = state["rng"]
+        if self.coll.active:
+            own = d / _rng_file(self.coll.rank)
+            if own.is_file():
+                rng = torch.load(own, map_location="cpu", weights_only=False)
+            else:
+                log.warning("%s holds no RNG states of rank %d (written by a run with another world size); "
+                            "this rank starts from rank 0's", d, self.coll.rank)
+        random.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
         self.history = list(state.get("history", []))
         log.info("resumed from %s: update %d of %d", d, self.update, self.cfg.total_updates)
 
@@ -627,6 +736,8 @@ class Trainer:
             keys = sorted({k for r in rows for k in r if k not in ("update", "cycle")})
             summary = {f"cycle_{k}": _mean([r[k] for r in rows if k in r]) for k in keys}
             self._tracker_log(summary, step=c)
+        if not self.coll.is_main:
+            return
         if self.cfg.save_model_every_cycle:
             self.save_model()
         self._curve()
@@ -658,7 +769,7 @@ class Trainer:
     # ------------------------------------------------------------------ tracking
     @contextlib.contextmanager
     def _tracking(self):
-        if not self.cfg.mlflow:
+        if not self.cfg.mlflow or not self.coll.is_main:  # one MLflow writer: rank 0
             yield
             return
         from omtr.rl.tracking import Tracker
@@ -683,11 +794,16 @@ class Trainer:
             f.write(json.dumps({"update": self.update, **metrics}) + "\n")
         if self._tracker is not None:
             self._tracker.metrics(metrics, self.update)
-            if log_path is not None:
-                self._tracker.artifact(log_path, f"episodes/{log_path.parent.name}")
-                v = log_path.with_suffix(".validation.txt")
+            folder = self.out / "episodes" / f"cycle-{(self.update - 1) // self.cfg.updates_per_cycle:04d}"
+            stem = f"update-{self.update - 1:06d}"
+            logs = sorted(folder.glob(f"{stem}.rank-*.parquet")) if self.coll.active else [log_path]
+            for p in logs:  # every rank's log (all were written and validated before the update)
+                if p is None:
+                    continue
+                self._tracker.artifact(p, f"episodes/{p.parent.name}")
+                v = p.with_suffix(".validation.txt")
                 if v.exists():
-                    self._tracker.artifact(v, f"episodes/{log_path.parent.name}")
+                    self._tracker.artifact(v, f"episodes/{p.parent.name}")
         if self._telemetry is not None:
             cats = {k[len("share_final_"):]: int(round(v * 1000)) for k, v in metrics.items() if k.startswith("share_final_")}
             self._telemetry.record(step=self.update, rewards={r: metrics[f"reward_{r}"] for r in ROLE_NAMES
@@ -703,7 +819,7 @@ class Trainer:
     # ------------------------------------------------------------------ environment and signals
     @contextlib.contextmanager
     def _environment(self):
-        if self.cfg.metrics_port is not None and self._telemetry is None:
+        if self.cfg.metrics_port is not None and self._telemetry is None and self.coll.is_main:
             from omtr.telemetry import TrainingTelemetry
 
             self._telemetry = TrainingTelemetry(run_id=self.run_name)
@@ -782,6 +898,10 @@ def _ladder(o: str) -> float:
 
 def _ckpt_name(update: int) -> str:
     return f"update-{update:06d}"
+
+
+def _rng_file(rank: int) -> str:
+    return f"rng-rank-{rank:04d}.pt"
 
 
 def _atomic_write(path: Path, text: str) -> None:
