@@ -354,3 +354,19 @@ def test_grammar_limits_of_the_config_bound_the_answer_and_travel_with_the_model
     assert TrainConfig().with_overrides(['grammar_limits={"actions": 6}']).grammar_limits == {"actions": 6}
     with pytest.raises(ConfigError, match="JSON object"):
         TrainConfig().with_overrides(["grammar_limits={actions: 6}"])
+
+
+def test_token_logprobs_of_identical_prompts_whose_completions_start_alike(perturbed):
+    """The samples of one task (identical prompts) often begin their answers alike: the shared
+    prefix must stop at the prompts, or the completions' first positions would have no logits."""
+    m = perturbed
+    prompts = [SHARED_PROMPTS[0]] * 3
+    comps = [[5, 6, 7, 8, 9], [5, 6, 10], [5, 6]]
+    shared, mask = m.token_logprobs("actor", prompts, comps, grammar=False)
+    try:
+        m.share_prefix = False
+        plain, plain_mask = m.token_logprobs("actor", prompts, comps, grammar=False)
+    finally:
+        m.share_prefix = True
+    assert torch.equal(mask, plain_mask) and mask.sum() == 10
+    assert torch.allclose(shared, plain, atol=1e-4)

@@ -178,7 +178,8 @@ class RoleModel(nn.Module):
         # In-place updates (optimizer steps, load_state_dict) bump a tensor's version counter.
         return sum(p._version for p in self.parameters())
 
-    def _prefill(self, seqs: list[list[int]], role_index: int, *, logits_to_keep: int, reuse: bool):
+    def _prefill(self, seqs: list[list[int]], role_index: int, *, logits_to_keep: int, reuse: bool,
+                 max_prefix: int | None = None):
         """The forward pass over ``[e_ρ; prompt]`` rows, sharing their common token prefix.
 
         Prompts of one batch mostly start alike (the system prompt and the family's
@@ -189,11 +190,17 @@ class RoleModel(nn.Module):
         same up to float rounding. With ``reuse`` (generation, no gradients) the prefix is kept for
         later calls of the same role while the parameters stay unchanged.
 
+        ``max_prefix`` caps the shared prefix: the positions whose logits are kept must lie in
+        every row's own part (token log-probs: the prefix may not reach into a completion, which
+        identical prompts with completions that start alike would otherwise allow).
+
         Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
         position ids the rows' own part."""
         lm = self._active_lm()
         p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else 0
         p = min(p, min(len(s) for s in seqs) - 1)  # every row keeps one token of its own
+        if max_prefix is not None:
+            p = min(p, max_prefix)
         stored = None
         if reuse and self.share_prefix:
             key = (role_index, self._in_reference)
@@ -314,7 +321,8 @@ class RoleModel(nn.Module):
         if L == 0:
             z = torch.zeros((B, 0), device=self.device)
             return z, z.bool()
-        out, _, _ = self._prefill([p + c for p, c in zip(prompt_ids, comps)], ri, logits_to_keep=L + 1, reuse=False)
+        out, _, _ = self._prefill([p + c for p, c in zip(prompt_ids, comps)], ri, logits_to_keep=L + 1, reuse=False,
+                                  max_prefix=min(len(p) for p in prompt_ids) - 1)
         logits = out.logits[:, :-1].float() / temperature  # [B, L, V]: position j predicts token j of a right-aligned completion
         V = logits.shape[-1]
         rows = []
