@@ -122,7 +122,7 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-         str(HERE / "dist_train_worker.py"), "grad,gradtorch,run,stop,badlog", str(out), str(model_dir), str(ds)],
+         str(HERE / "dist_train_worker.py"), "grad,gradtorch,run,idle,stop,badlog", str(out), str(model_dir), str(ds)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
     print(f"two ranks: {time.perf_counter() - t0:.1f} s")
@@ -176,6 +176,12 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
     ckpt = run / "checkpoints"
     assert (ckpt / "latest").read_text().strip() == "update-000002"
     assert {p.name for p in (ckpt / "update-000002").glob("rng-rank-*.pt")} == {"rng-rank-0000.pt", "rng-rank-0001.pt"}
+
+    # --- more ranks than tasks: the idle rank steps with the other and ends with the same parameters
+    i = rec("idle")
+    assert [r["status"] for r in i] == ["finished", "finished"] and [r["episodes"] for r in i] == [2, 2]
+    assert i[0]["rollout"] == [] and len(i[1]["rollout"]) == 1
+    assert i[0]["changed"] and i[0]["after"] == i[1]["after"]
 
     # --- a stop asked on one rank stops both, with a checkpoint
     s = rec("stop")

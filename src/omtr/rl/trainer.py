@@ -187,6 +187,13 @@ class Trainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         self.coll: Collective = init_from_env(use_deepspeed=bool(cfg.deepspeed))
+        if self.coll.active and self.coll.is_main:
+            log.info("data parallel over %d ranks: about %d of a batch's %d tasks each", self.coll.world,
+                     -(-cfg.tasks_per_batch // self.coll.world), cfg.tasks_per_batch)
+            if self.coll.world > cfg.tasks_per_batch:
+                log.warning("%d ranks but %d tasks a batch (episodes_per_batch / samples_per_task): %d ranks "
+                            "roll out nothing; raise episodes_per_batch or launch fewer processes",
+                            self.coll.world, cfg.tasks_per_batch, self.coll.world - cfg.tasks_per_batch)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.models = build_models(cfg, model)
