@@ -8,6 +8,7 @@ Phases, all on the micro model saved by the test (``MODEL``) and a DeepSpeed CPU
   the test with one process's on the whole batch;
 - ``run``: one update of a real run (rollouts, log validation, checkpoint), then
   ``resume``: a new trainer on a fresh copy of the model resumes it and finishes the run;
+- ``straight``: the same run as ``run`` + ``resume``, never stopped;
 - ``idle``: a batch of one task, so rank 0 has nothing to roll out and still steps with rank 1;
 - ``stop``: only rank 1 asks to stop; every rank stops (a collective flag) with a checkpoint;
 - ``badlog``: only rank 1's episode log fails validation; every rank raises before its update.
@@ -141,6 +142,12 @@ def run_phase(phase: str, out: Path, model: str, ds: str) -> None:
         record["after_b"] = digest(b.trainable_state())
         record["history"] = b.history
         record["batches"] = {u: [t.id for t in b.batch_tasks(u)] for u in (0, 1)}
+    elif phase == "straight":  # the run of ``run`` + ``resume`` without the interruption
+        tr = Trainer(cfg(model, ds, mlflow=False), TASKS, out / "straight", env=NoPlanner(), quiet=True, model=fresh())
+        perturb(tr)
+        record["status"] = tr.run()
+        record["after"] = digest(tr.trainable_state())
+        record["history"] = tr.history
     elif phase == "idle":  # one task a batch: rank 0 rolls out nothing and still takes part
         c = cfg(model, ds, mlflow=False, updates_per_cycle=1, episodes_per_batch=2, samples_per_task=2)
         tr = Trainer(c, TASKS, out / "idle", env=NoPlanner(), quiet=True, model=fresh())

@@ -122,7 +122,7 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-         str(HERE / "dist_train_worker.py"), "grad,gradtorch,run,idle,stop,badlog", str(out), str(model_dir), str(ds)],
+         str(HERE / "dist_train_worker.py"), "grad,gradtorch,run,straight,idle,stop,badlog", str(out), str(model_dir), str(ds)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
     print(f"two ranks: {time.perf_counter() - t0:.1f} s")
@@ -176,6 +176,13 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
     ckpt = run / "checkpoints"
     assert (ckpt / "latest").read_text().strip() == "update-000002"
     assert {p.name for p in (ckpt / "update-000002").glob("rng-rank-*.pt")} == {"rng-rank-0000.pt", "rng-rank-0001.pt"}
+
+    # --- the resumed run reaches the parameters and figures of the run never stopped
+    st = rec("straight")
+    assert [r["status"] for r in st] == ["finished", "finished"]
+    assert st[0]["after"] == a[0]["after_b"] and st[1]["after"] == a[1]["after_b"]
+    keep = ("reward_actor", "actor_pg_loss", "grad_norm", "episodes_total", "gen_tokens")
+    assert [{k: h[k] for k in keep} for h in st[0]["history"]] == [{k: h[k] for k in keep} for h in a[0]["history"]]
 
     # --- more ranks than tasks: the idle rank steps with the other and ends with the same parameters
     i = rec("idle")
