@@ -64,7 +64,7 @@ class TrainJobSpec:
     gpus_per_node: int = 8
     mlflow_uri: str | None = "http://omtr-mlflow:5000"
     solver_url: str | None = "http://omtr-solver:8600"
-    deepspeed: str = "/opt/omtr/configs/deepspeed/zero3_bf16.json"
+    deepspeed: str = "/opt/omtr/configs/deepspeed/zero2_bf16.json"  # ZeRO-3 is refused across ranks
     checkpoint_pvc: str = "omtr-checkpoints"
     checkpoint_mount: str = "/checkpoints"
     node_pool_label: str = "omtr.dev/pool=a100"
