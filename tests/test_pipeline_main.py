@@ -94,7 +94,8 @@ def test_a_killed_main_job_resumes_training_from_its_checkpoint(tmp_path):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "omtr", "pipeline", "--profile", "micro", "--n-train", "4", "--n-val", "2",
            "--max-new-tokens", "16", "--bootstrap", "50", "--name", NAME, "--work", str(tmp_path / "work"),
-           "--experiment", "resume-test"]  # micro: 2 cycles x 2 updates
+           "--experiment", "resume-test",
+           "--set", "cycles=2", "--set", "updates_per_cycle=2"]  # a checkpoint after update 2 of 4
     log = open(tmp_path / "first.log", "w")
     p = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 600
@@ -122,6 +123,6 @@ def test_a_killed_main_job_resumes_training_from_its_checkpoint(tmp_path):
     assert updates == sorted(set(updates)) and updates[-1] == 4, "every update once, none repeated from the start"
     import re
 
-    resumed = re.search(r"resumed from \S+: update (\d+) of 6", r.stdout + r.stderr)
+    resumed = re.search(r"resumed from \S+: update (\d+) of 4", r.stdout + r.stderr)
     assert resumed and int(resumed.group(1)) >= 2, "training continued from the first cycle's checkpoint"
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
