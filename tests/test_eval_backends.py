@@ -53,6 +53,10 @@ class Server:
                     outer.peak = max(outer.peak, outer.active)
                     status, payload, hdrs = outer.script.pop(0) if outer.script else (200, _ok("hi"), {})
                 time.sleep(outer.delay)
+                # leaves the count before answering: once the client has the answer it may send its next
+                # request, and a busy machine may run that before this thread gets the CPU back
+                with outer.lock:
+                    outer.active -= 1
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 for k, v in hdrs.items():
@@ -60,8 +64,6 @@ class Server:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                with outer.lock:
-                    outer.active -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
