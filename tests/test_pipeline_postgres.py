@@ -13,14 +13,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("psycopg2", reason="psycopg2-binary is needed for a PostgreSQL backend store")
+
+from fleet_helpers import mlflow_tracking_server  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -73,38 +73,8 @@ def postgres(tmp_path):
 
 @pytest.fixture()
 def tracking_server(postgres, tmp_path):
-    port = _port()
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
-        env.pop(k, None)
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([os.path.join(bin_dir, "mlflow"), "server", "--backend-store-uri", postgres,
-                             "--serve-artifacts", "--artifacts-destination", str(tmp_path / "artifacts"),
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() - t0 < 120, "tracking server not ready in 120 s"
-        time.sleep(0.5)
-    try:
+    with mlflow_tracking_server(postgres, tmp_path, _port()) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        log.close()
 
 
 def test_main_against_a_postgres_backed_server(tracking_server, tmp_path):
