@@ -103,12 +103,14 @@ def _typed(item: str, n: int) -> str:
     return f'({item} (" " {item} | " - " name " " {item}){{0,{n - 1}}} (" - " name)?)'
 
 
-def pddl_ebnf(limits: GrammarLimits | None = None) -> str:
-    """The grammar's EBNF text (xgrammar / GBNF dialect); root rule ``root``."""
+def pddl_ebnf(limits: GrammarLimits | None = None, *, problem_only: bool = False) -> str:
+    """The grammar's EBNF text (xgrammar / GBNF dialect); root rule ``root``.
+
+    ``problem_only``: the answer is a problem alone (the domain-given mode)."""
     L = limits or GrammarLimits()
     req = " | ".join(f'"{r}"' for r in REQUIREMENTS)
     rules = [
-        'root ::= domain ("\\n\\n" | ws) problem',
+        "root ::= problem" if problem_only else 'root ::= domain ("\\n\\n" | ws) problem',
         # Between words: one space. Before "(", ":" and ")": one space, or a line break and an
         # indentation. Runs of spaces, tabs, blank lines and line breaks inside lists of names are
         # left out: they make most of a BPE vocabulary ambiguous to the matcher (20-60 ms a token
@@ -150,10 +152,16 @@ def pddl_ebnf(limits: GrammarLimits | None = None) -> str:
 
 _DOMAIN_NAME = re.compile(r"\(define \(domain ([a-z][a-z0-9_-]*)\)")
 _AT_PROBLEM_DOMAIN = re.compile(r"\(:domain(\s*)$")
+CONSTRAINTS = ("scoped", "plain", "off")
 
 
 class PddlGrammar:
-    """The PDDL grammar compiled for one tokenizer; hands out per-sequence states."""
+    """The PDDL grammar compiled for one tokenizer; hands out per-sequence states.
+
+    Two roots: the full answer (domain, then problem) and, for the domain-given mode, a problem
+    alone (compiled on first use). :meth:`state` gives one sequence's state under the plain
+    grammar or, with ``scoped=True``, under the grammar plus the scope rules of
+    :mod:`omtr.model.scope`."""
 
     def __init__(self, tokenizer, vocab_size: int, limits: GrammarLimits | None = None):
         import xgrammar as xgr
@@ -161,15 +169,38 @@ class PddlGrammar:
         t0 = time.perf_counter()
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.limits = limits or GrammarLimits()
         self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
                                                        stop_token_ids=[tokenizer.eos_token_id])
-        self.compiled = xgr.GrammarCompiler(self.info, max_threads=2).compile_grammar(pddl_ebnf(limits))
+        self._compiler = xgr.GrammarCompiler(self.info, max_threads=2)
+        self.compiled = self._compiler.compile_grammar(pddl_ebnf(self.limits))
+        self._problem: dict[int, object] = {}
+        self._vocab = None
         self.eos = tokenizer.eos_token_id
         self.compile_s = time.perf_counter() - t0
         log.info("PDDL grammar compiled in %.2f s", self.compile_s)
 
-    def state(self) -> "GrammarState":
-        return GrammarState(self)
+    def problem_grammar(self, atom_args: int = 0):
+        """The compiled problem-only grammar; atoms take up to ``atom_args`` arguments (at least
+        the limits' bound; a given domain may declare longer predicates)."""
+        n = max(self.limits.atom_args, atom_args)
+        got = self._problem.get(n)
+        if got is None:
+            lim = GrammarLimits(**{**self.limits.__dict__, "atom_args": n})
+            got = self._problem[n] = self._compiler.compile_grammar(pddl_ebnf(lim, problem_only=True))
+        return got
+
+    @property
+    def vocab(self) -> "ScopedVocab":
+        if self._vocab is None:
+            self._vocab = ScopedVocab(self.tokenizer, self.vocab_size)
+        return self._vocab
+
+    def state(self, *, scoped: bool = False, given=None) -> "GrammarState":
+        """One sequence's state. ``given``: the given domain's declarations
+        (:class:`omtr.model.scope.Declared`) in the domain-given mode, where the answer is the
+        problem alone."""
+        return GrammarState(self, scoped=scoped, given=given)
 
     def allocate_bitmask(self, rows: int):
         import xgrammar as xgr
@@ -183,18 +214,67 @@ class PddlGrammar:
         xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), vocab_size=self.vocab_size)
 
 
-class GrammarState:
-    """The grammar's position in one sequence, plus forced tokens for the problem's domain name."""
+class ScopedVocab:
+    """The tokenizer's pieces, indexed for the scope filter: which tokens are all name
+    characters, which start one, and the token ids of each piece."""
 
-    def __init__(self, grammar: PddlGrammar):
+    def __init__(self, tokenizer, vocab_size: int):
+        import numpy as np
+
+        from omtr.model.scope import WORD_CHARS
+
+        t0 = time.perf_counter()
+        self.pieces = [tokenizer.decode([i]) if i < len(tokenizer) else "" for i in range(vocab_size)]
+        self.size = vocab_size
+        lead = np.zeros(vocab_size, dtype=np.int32)
+        first_name = np.zeros(vocab_size, dtype=bool)
+        self.pure_ids: dict[str, list[int]] = {}
+        for i, piece in enumerate(self.pieces):
+            n = 0
+            while n < len(piece) and piece[n] in WORD_CHARS:
+                n += 1
+            lead[i] = n
+            if piece and n == len(piece):
+                self.pure_ids.setdefault(piece, []).append(i)
+                first_name[i] = piece[0].isalpha() or piece[0] == "?"
+        lens = np.array([len(p) for p in self.pieces], dtype=np.int32)
+        self.pure = (lead == lens) & (lens > 0)
+        self.pure_name_start = self.pure & first_name
+        self.heads: dict[str, list[int]] = {}  # word part -> ids of tokens that go on past it
+        for i, piece in enumerate(self.pieces):
+            if 0 < lead[i] < len(piece):
+                self.heads.setdefault(piece[:lead[i]], []).append(i)
+        self.lead0 = lead == 0
+        self.first = np.array([ord(p[0]) if p else 0 for p in self.pieces], dtype=np.int32)
+        log.info("scope vocabulary indexed in %.2f s", time.perf_counter() - t0)
+
+
+class GrammarState:
+    """The grammar's position in one sequence, plus forced tokens for the problem's domain name
+    and, when scoped, the scope rules (:class:`omtr.model.scope.ScopeTracker`)."""
+
+    def __init__(self, grammar: PddlGrammar, *, scoped: bool = False, given=None):
         import xgrammar as xgr
 
         self.grammar = grammar
-        self.matcher = xgr.GrammarMatcher(grammar.compiled)
+        self.given = given
+        if given is not None:
+            arity = max((len(a) for a in given.predicates.values()), default=0)
+            self.matcher = xgr.GrammarMatcher(grammar.problem_grammar(arity))
+        else:
+            self.matcher = xgr.GrammarMatcher(grammar.compiled)
         self.text = ""
         self.forced: list[int] = []
         self._name_done = False
         self.failed = False  # a token the grammar rejected reached accept (should not happen)
+        self.scope = None
+        self.scope_left = False  # the text left the scope rules (a token chosen without them)
+        self.fallbacks = 0  # steps where the scope rules left no token and the plain mask was used
+        self.scope_s = 0.0
+        if scoped:
+            from omtr.model.scope import ScopeTracker
+
+            self.scope = ScopeTracker(given, limits=grammar.limits)
 
     @property
     def finished(self) -> bool:
@@ -208,7 +288,27 @@ class GrammarState:
             bitmask[row, tok // 32] = _bit(tok % 32)
             return tok
         self.matcher.fill_next_token_bitmask(bitmask, row)
+        if self.scope is not None:
+            t0 = time.perf_counter()
+            self._restrict(bitmask, row)
+            self.scope_s += time.perf_counter() - t0
         return None
+
+    def _restrict(self, bitmask, row: int) -> None:
+        import numpy as np
+        import torch
+
+        voc = self.grammar.vocab
+        V = voc.size
+        words = bitmask[row].numpy()
+        allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
+        keep = scoped_tokens(self.scope, voc, allowed)
+        if not keep.any():
+            self.fallbacks += 1
+            log.debug("scope rules left no token after %r; using the plain grammar's mask", self.text[-60:])
+            return
+        packed = np.packbits(np.concatenate([keep, np.zeros(words.size * 32 - V, dtype=bool)]), bitorder="little")
+        bitmask[row] = torch.from_numpy(packed.view(np.int32).copy())
 
     def accept(self, token: int, piece: str) -> bool:
         """Advance by one token; ``piece`` is its decoded text."""
@@ -219,6 +319,14 @@ class GrammarState:
             self.failed = True
             return False
         self.text += piece
+        if self.scope is not None:
+            from omtr.model.scope import Reject
+
+            try:
+                self.scope.feed_text(piece)
+            except Reject:
+                self.scope_left = True
+                self.scope = None
         if not self._name_done and "(:domain" in self.text[-len(piece) - 9:]:
             m = _AT_PROBLEM_DOMAIN.search(self.text)
             if m:
@@ -227,11 +335,59 @@ class GrammarState:
 
     def _force_domain_name(self, has_space: bool) -> None:
         self._name_done = True
-        m = _DOMAIN_NAME.search(self.text)
-        if not m:  # cannot happen under the grammar: the domain header comes first
+        if self.given is not None:
+            name = self.given.name
+        else:
+            m = _DOMAIN_NAME.search(self.text)
+            if not m:  # cannot happen under the grammar: the domain header comes first
+                return
+            name = m.group(1)
+        if not name or not re.fullmatch(r"[a-z][a-z0-9_-]*", name):
             return
-        text = ("" if has_space else " ") + m.group(1) + ")"
+        text = ("" if has_space else " ") + name + ")"
         self.forced = list(self.grammar.tokenizer.encode(text, add_special_tokens=False))
+
+
+def scoped_tokens(tracker, voc: ScopedVocab, allowed):
+    """The tokens of ``allowed`` (a bool array over the vocabulary) that keep the answer in scope."""
+    import numpy as np
+
+    keep = np.zeros(voc.size, dtype=bool)
+    pieces = voc.pieces
+    sim: list[int] = []
+    if tracker.word_due():
+        p = tracker.word
+        closed, _ = tracker.word_constraint()
+        if closed is not None:
+            ends_here = False
+            for s in closed:
+                if not s.startswith(p):
+                    continue
+                r = s[len(p):]
+                if not r:
+                    ends_here = True
+                    continue
+                for k in range(1, len(r) + 1):
+                    for i in voc.pure_ids.get(r[:k], ()):
+                        keep[i] = True
+                sim.extend(voc.heads.get(r, ()))
+            keep &= allowed
+            if ends_here:
+                sim.extend(np.flatnonzero(allowed & voc.lead0).tolist())
+        else:
+            free = allowed & (voc.pure if p else voc.pure_name_start)
+            if not p:  # a new word: its first character may already be refused (a full list)
+                for c in np.unique(voc.first[free]).tolist():
+                    if not tracker.admits(chr(c)):
+                        free &= voc.first != c
+            keep |= free
+            sim.extend(np.flatnonzero(allowed & ~free).tolist())
+    else:
+        sim.extend(np.flatnonzero(allowed).tolist())
+    for i in sim:
+        if allowed[i] and not keep[i] and tracker.admits(pieces[i]):
+            keep[i] = True
+    return keep
 
 
 def _bit(i: int) -> int:

@@ -1,0 +1,687 @@
+"""Scoped decoding: a spec may only name what it has declared.
+
+The PDDL grammar (:mod:`omtr.model.grammar`) is context-free: it knows what a predicate *looks*
+like, not which predicates exist. :class:`ScopeTracker` reads the answer written so far, one
+character at a time, and keeps what the spec has declared: requirement flags, types and their
+parents, predicates with their argument types, actions, each action's parameters, objects, and
+the literals already written in each conjunction. From that it decides which names may come next:
+
+* a predicate in a precondition, an effect, ``:init`` or ``:goal`` is one the domain declared,
+  with exactly its arity (the character after its name says how many arguments follow);
+* an argument is one of the action's parameters (in an action) or a declared object or constant
+  (in the problem), whose type fits the predicate's parameter (a subtype fits);
+* a type in a typed list is a declared type or ``object``;
+* nothing is declared twice, no literal repeats inside one conjunction or ``:init``;
+* ``-`` (typing), ``(not`` in a precondition or goal and ``(=`` need the flags that allow them;
+* a parameter list or ``:objects`` closes only when some predicate can be written with what it
+  declared (an action's effect and the goal need at least one literal).
+
+Nothing here reads a task's English text: the constraint comes from the answer itself and, in the
+domain-given mode, from the given domain.
+
+How it is applied (:class:`ScopedMask`): xgrammar computes the grammar's token mask; the tracker
+then removes the tokens it rejects. Inside a name whose allowed values are a finite set (declared
+predicates, parameters, objects, types, flags), the admitted tokens are found by walking the
+allowed names through a table of the tokenizer's pieces; elsewhere only the few tokens the
+grammar admits that cross a word boundary are simulated character by character.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+log = logging.getLogger("omtr.model")
+
+ROOT_TYPE = "object"
+WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-?:=")
+SECTION_HEADS = ("domain", "problem", ":requirements", ":types", ":predicates", ":action",
+                 ":domain", ":objects", ":init", ":goal")
+
+
+class Reject(Exception):
+    """The character just fed makes the answer leave the scope rules."""
+
+
+@dataclass
+class Declared:
+    """What a domain declares, as the tracker needs it (shared, never mutated after parsing)."""
+
+    name: str | None = None
+    flags: frozenset = frozenset()
+    types: dict = field(default_factory=dict)  # type -> tuple of parents
+    predicates: dict = field(default_factory=dict)  # name -> tuple of argument types
+    constants: dict = field(default_factory=dict)  # name -> type
+    actions: frozenset = frozenset()
+
+    @property
+    def typing(self) -> bool:
+        return ":typing" in self.flags or ":adl" in self.flags
+
+    @property
+    def negation(self) -> bool:
+        return bool({":negative-preconditions", ":adl"} & self.flags)
+
+    @property
+    def equality(self) -> bool:
+        return bool({":equality", ":adl"} & self.flags)
+
+
+def declared_from_domain(text: str) -> Declared:
+    """The declarations of a given domain (PDDL text), read with omtr's own reader.
+
+    Raises :class:`omtr.spec.model.SpecError` for a domain that does not parse."""
+    from omtr.spec.model import parse_domain
+
+    dom = parse_domain(text)
+    preds = {p: tuple(t for _, t in args) for p, args in dom.predicates.items()}
+    return Declared(name=dom.name.lower(), flags=frozenset(dom.requirements), types=dict(dom.types),
+                    predicates=preds, constants=dict(dom.constants), actions=frozenset(dom.actions))
+
+
+class _Types:
+    """Subtype queries over a type table (``either:a:b`` types fit through any member)."""
+
+    def __init__(self, table: dict):
+        self.table = table
+        self._anc: dict[str, frozenset] = {}
+
+    def ancestors(self, t: str) -> frozenset:
+        got = self._anc.get(t)
+        if got is None:
+            out, queue = {t}, [t]
+            while queue:
+                for p in self.table.get(queue.pop(), ()):
+                    if p not in out:
+                        out.add(p)
+                        queue.append(p)
+            out.add(ROOT_TYPE)
+            got = self._anc[t] = frozenset(out)
+        return got
+
+    def fits(self, t: str, need: str) -> bool:
+        if need == ROOT_TYPE or t == need:
+            return True
+        if t.startswith("either:"):
+            return all(self.fits(m, need) for m in t.split(":")[1:])
+        if need.startswith("either:"):
+            return any(self.fits(t, m) for m in need.split(":")[1:])
+        return need in self.ancestors(t)
+
+
+# Frame kinds
+ROOT, DEFINE, SECTION, HEADER, REQ, TYPES, PREDS, PDECL, ACTION, PARAMS, FORMULA, CONJ, NOT, ATOM, EQ, \
+    OBJECTS, INIT, GOAL = range(18)
+TYPED = (TYPES, PDECL, PARAMS, OBJECTS)
+
+
+class _Frame:
+    """One open parenthesis. ``ctx`` (formulas): pre, eff, init or goal."""
+
+    __slots__ = ("kind", "ctx", "words", "group", "after_dash", "items", "used", "neg", "pred", "args",
+                 "expect", "name")
+
+    def __init__(self, kind: int, ctx: str | None = None):
+        self.kind = kind
+        self.ctx = ctx
+        self.words = 0  # words read in this frame (the head included)
+        self.group: list[str] = []  # typed lists: items waiting for their type
+        self.after_dash = False
+        self.items: dict[str, str] = {}  # typed lists: item -> type (object until a type follows)
+        self.used: set | None = None  # conjunctions and :init: literals written
+        self.neg = False
+        self.pred: str | None = None
+        self.args: list[str] = []
+        self.expect: str | None = None  # action: the keyword just read
+        self.name: str | None = None
+
+    def copy(self) -> "_Frame":
+        f = _Frame.__new__(_Frame)
+        for s in _Frame.__slots__:
+            setattr(f, s, getattr(self, s))
+        f.group = list(self.group)
+        f.items = dict(self.items)
+        f.args = list(self.args)
+        if self.used is not None:
+            f.used = set(self.used)
+        return f
+
+
+class ScopeTracker:
+    """The scope state of one answer. Feed it the text as it is written (:meth:`feed`); ask it
+    whether a piece of text may come next (:meth:`admits`).
+
+    ``given``: the declarations of a given domain (domain-given mode: the answer is the problem
+    only); ``None``: the answer writes its own domain first."""
+
+    def __init__(self, given: Declared | None = None, *, limits=None):
+        from omtr.model.grammar import GrammarLimits
+
+        L = limits or GrammarLimits()
+        self.name_len = L.name_len
+        # the grammar's bounds on typed lists: a list that is full can only end or take a type
+        self.list_limit = {TYPES: L.types, PDECL: L.predicate_args, PARAMS: L.parameters, OBJECTS: L.objects}
+        self.given = given is not None
+        d = given or Declared()
+        self.flags = set(d.flags)
+        self.types: dict[str, tuple] = dict(d.types)
+        self.type_items: set[str] = set(d.types)
+        self.preds: dict[str, tuple] = dict(d.predicates)
+        self.constants: dict[str, str] = dict(d.constants)
+        self.actions: set[str] = set(d.actions)
+        self.objects: dict[str, str] = {}
+        self.params: dict[str, str] = {}
+        self.stack: list[_Frame] = [_Frame(ROOT)]
+        self.word = ""
+        self.last = ""
+        self.domain_done = self.given
+        self._tq: _Types | None = None
+        self._cands: dict = {}
+
+    # ------------------------------------------------------------------ copying
+
+    def clone(self) -> "ScopeTracker":
+        t = ScopeTracker.__new__(ScopeTracker)
+        t.__dict__.update(self.__dict__)
+        # Tables change only at declarations; frames on the stack are copied when touched.
+        t.stack = list(self.stack)
+        t._owned = set()
+        return t
+
+    def _top(self) -> _Frame:
+        """The innermost frame, made private to this tracker before it is changed."""
+        owned = self.__dict__.get("_owned")
+        f = self.stack[-1]
+        if owned is not None and id(f) not in owned:
+            f = f.copy()
+            self.stack[-1] = f
+            owned.add(id(f))
+        return f
+
+    def _mutable_tables(self) -> None:
+        owned = self.__dict__.get("_owned")
+        if owned is None:
+            self._tq, self._cands = None, {}
+        elif "tables" not in owned:
+            owned.add("tables")
+            self.flags, self.types, self.type_items = set(self.flags), dict(self.types), set(self.type_items)
+            self.preds, self.constants, self.actions = dict(self.preds), dict(self.constants), set(self.actions)
+            self.objects, self.params = dict(self.objects), dict(self.params)
+            self._tq, self._cands = None, {}
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def typing(self) -> bool:
+        return bool({":typing", ":adl"} & self.flags)
+
+    @property
+    def negation(self) -> bool:
+        return bool({":negative-preconditions", ":adl"} & self.flags)
+
+    @property
+    def equality(self) -> bool:
+        return bool({":equality", ":adl"} & self.flags)
+
+    def _typeq(self) -> _Types:
+        if self._tq is None:
+            self._tq = _Types(self.types)
+        return self._tq
+
+    def _declared_types(self) -> set[str]:
+        out = set(self.type_items) | {ROOT_TYPE}
+        for parents in self.types.values():
+            out.update(p for p in parents if not p.startswith("either:"))
+        return {t for t in out if len(t) <= self.name_len}
+
+    def _terms(self, ctx: str) -> dict[str, str]:
+        """Names an atom's argument may be, with their types."""
+        if ctx in ("pre", "eff"):
+            return {**self.params, **self.constants}
+        return {**self.objects, **self.constants}
+
+    def _candidates(self, ctx: str, pred: str) -> list[list[str]]:
+        """Per argument of ``pred``: the terms that fit it in context ``ctx``."""
+        key = (ctx, pred)
+        got = self._cands.get(key)
+        if got is None:
+            tq, terms = self._typeq(), self._terms(ctx)
+            longest = self.name_len + 1  # a ?variable has one character more than a name
+            got = [[n for n, t in terms.items() if tq.fits(t, need) and len(n) <= longest] for need in self.preds[pred]]
+            if self.__dict__.get("_owned") is None:
+                self._cands[key] = got
+        return got
+
+    def _fillable(self, ctx: str, pred: str) -> bool:
+        return all(self._candidates(ctx, pred))
+
+    def _room(self, conj: _Frame | None, neg: bool, pred: str, prefix: list[str], ctx: str) -> bool:
+        """Is there a literal ``(pred prefix...)`` (negated or not) not yet written in ``conj``?"""
+        cands = self._candidates(ctx, pred)
+        total = 1
+        for c in cands[len(prefix):]:
+            total *= len(c)
+            if total == 0:
+                return False
+        if conj is None or not conj.used:
+            return True
+        n = len(prefix)
+        used = sum(1 for (un, up, ua) in conj.used if un == neg and up == pred and list(ua[:n]) == prefix)
+        return used < total
+
+    def _conj_of(self, f: _Frame) -> _Frame | None:
+        # the atom's conjunction is the frame below it (or two below, under a `not`)
+        for g in reversed(self.stack[:-1]):
+            if g.kind in (CONJ, INIT):
+                return g
+            if g.kind not in (NOT, FORMULA, ATOM, EQ):
+                return None
+        return None
+
+    # ------------------------------------------------------------------ what may come next
+
+    def word_constraint(self):
+        """``(closed_set, banned_set)`` for the word being written: a finite set of allowed
+        words, or (None, banned) when any new name but the banned ones may come; ``None`` when no
+        word is due or the word is free."""
+        f = self.stack[-1]
+        k = f.kind
+        if k == SECTION:
+            heads = set(SECTION_HEADS)
+            if not self.typing:
+                heads.discard(":types")
+            return heads, None
+        if k == REQ:
+            return {":strips", ":typing", ":negative-preconditions", ":equality"} - self.flags, None
+        if k in TYPED:
+            if f.after_dash:
+                if k == TYPES:
+                    bad = self._bad_parents(f)
+                    if self._forward_room(f) > 0:
+                        return None, bad
+                    return {t for t in (self.type_items | set(f.items) | {ROOT_TYPE}) - bad
+                            if len(t) <= self.name_len}, None
+                if k in (PARAMS, OBJECTS):
+                    return {t for t in self._declared_types() if self._params_viable(f, t)}, None
+                return self._declared_types(), None
+            if k == PDECL and f.words == 0:
+                return None, set(self.preds)
+            banned = set(f.items) | set(f.group)
+            if k == TYPES:
+                if self._forward_room(f) <= 0:  # only the parents named so far may still be declared
+                    return (self._pending_parents(f) - banned) | ({"-"} if self._dash_ok(f) else set()), None
+                banned |= self.type_items | {ROOT_TYPE}
+            elif k == OBJECTS:
+                banned |= set(self.constants)
+            return None, banned
+        if k == ACTION and f.words == 0:
+            return None, set(self.actions)
+        if k == FORMULA:
+            return self._heads(f), None
+        if k in (ATOM, EQ):
+            return set(self._arg_candidates(f) or ()), None
+        return None, None
+
+    def word_due(self) -> bool:
+        """Must the next character continue or start a word? (Otherwise spaces or parentheses
+        may come.)"""
+        if self.word:
+            return True
+        k = self.stack[-1].kind
+        if self.last == "(":
+            return k != PARAMS
+        return self.last == " " and k in (TYPES, PDECL, PARAMS, OBJECTS, ATOM, EQ, REQ, HEADER)
+
+    def _params_viable(self, f: _Frame, group_type: str | None = None, closing: bool = False,
+                       adding: int = 0) -> bool:
+        """Can this parameter list still end so that some predicate is fillable (the effect needs
+        a literal)? ``group_type``: the type the waiting group is about to get. Each parameter
+        still to come may cover one argument type."""
+        tq = self._typeq()
+        types = [t for i, t in f.items.items() if i not in f.group] + list(self.constants.values())
+        group = bool(f.group) or adding > 0
+        flexible = group and group_type is None and not closing and self.typing
+        if group and not flexible:
+            types.append(group_type or ROOT_TYPE)
+        slots = 0 if closing else self.list_limit[f.kind] - len(f.items) - adding + (1 if flexible else 0)
+        for args in self.preds.values():
+            missing = {need for need in args if not any(tq.fits(t, need) for t in types)}
+            if len(missing) <= slots:
+                return True
+        return False
+
+    def _dash_ok(self, f: _Frame) -> bool:
+        if not self.typing or not f.group:
+            return False
+        if f.kind == TYPES:
+            return self._forward_room(f) > 0 or bool(self.word_constraint_after_dash(f))
+        if f.kind in (PARAMS, OBJECTS):
+            return any(self._params_viable(f, t) for t in self._declared_types())
+        return bool(self._declared_types())
+
+    def word_constraint_after_dash(self, f: _Frame) -> set[str]:
+        bad = self._bad_parents(f)
+        return {t for t in (self.type_items | set(f.items) | {ROOT_TYPE}) - bad if len(t) <= self.name_len}
+
+    def _pending_parents(self, f: _Frame) -> set[str]:
+        return {p for p in f.items.values() if p != ROOT_TYPE and p not in f.items and p not in self.type_items}
+
+    def _forward_room(self, f: _Frame) -> int:
+        """Types frame: how many parents not yet declared may still be named (each must be
+        declared later in the same list, within the grammar's bound)."""
+        return self.list_limit[TYPES] - len(f.items) - len(self._pending_parents(f))
+
+    def _bad_parents(self, f: _Frame) -> set[str]:
+        """Parents the current group may not take: itself, or a type below one of its members."""
+        group = set(f.group)
+        table = {**self.types, **{i: (p,) for i, p in f.items.items() if i not in group}}
+        tq = _Types(table)
+        names = self._declared_types() | set(table)
+        return group | {t for t in names if group & tq.ancestors(t)}
+
+    def _heads(self, f: _Frame) -> set[str]:
+        """Words that may open this formula, exactly as the grammar places them, each with a
+        literal left to write after it."""
+        ctx = f.ctx
+        parent = self.stack[-2]
+        under_not = parent.kind == NOT
+        conj = self._conj_of(f)
+        out = {p for p in self.preds if self._room(conj, under_not, p, [], ctx) and self._fits(p)}
+        eq = ctx == "pre" and self.equality and bool(self._terms("pre"))
+        if eq:
+            out.add("=")
+        if ctx != "init":
+            if parent.kind in (ACTION, GOAL):
+                out.add("and")
+            if not under_not and (ctx == "eff" or self.negation):
+                if eq or any(self._room(conj, True, p, [], ctx) and self._fits(p) for p in self.preds):
+                    out.add("not")
+        return out
+
+    def _fits(self, name: str) -> bool:
+        return len(name) <= self.name_len
+
+    def admits(self, text: str) -> bool:
+        """Would ``text``, written next, keep the answer in scope?"""
+        if not text:
+            return True
+        t = self.clone()
+        try:
+            for ch in text:
+                t.feed(ch)
+        except Reject:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ reading
+
+    def feed_text(self, text: str) -> None:
+        for ch in text:
+            self.feed(ch)
+
+    def feed(self, ch: str) -> None:
+        if ch in WORD_CHARS:
+            w = self.word + ch
+            self._check_prefix(w)
+            self.word = w
+        else:
+            if self.word:
+                w, self.word = self.word, ""
+                self._end_word(w, ch)
+                if ch == " ":
+                    f = self.stack[-1]
+                    if (f.kind in TYPED and not f.after_dash and w != "-" and f.group
+                            and len(f.items) >= self.list_limit[f.kind] and not self._dash_ok(f)):
+                        raise Reject  # a full list: only `- type` could follow, and none fits
+            if ch == "(":
+                self._open()
+            elif ch == ")":
+                self._close()
+        self.last = ch
+
+    # prefix checks: the word written so far must have an allowed completion
+    def _check_prefix(self, w: str) -> None:
+        f = self.stack[-1]
+        k = f.kind
+        if k in (ATOM, EQ):
+            if f.words == 0 and k == ATOM:
+                return
+            cands = self._arg_candidates(f)
+            if cands is not None and not any(c.startswith(w) for c in cands):
+                raise Reject
+            return
+        if k in TYPED and not f.after_dash and w == "-":
+            if not self._dash_ok(f):
+                raise Reject
+            return
+        if len(w) == 1 and k in (PARAMS, OBJECTS) and not f.after_dash and not self._params_viable(f, adding=1):
+            raise Reject  # one more item would leave no room for what the effect or goal needs
+        closed, banned = self.word_constraint()
+        if closed is not None:
+            if not any(c.startswith(w) for c in closed):
+                raise Reject
+        elif banned and len(w) >= self.name_len + (1 if w.startswith("?") else 0) and w in banned:
+            raise Reject
+
+    def _arg_candidates(self, f: _Frame) -> list[str] | None:
+        if f.kind == EQ:
+            return list(self._terms("pre"))
+        if f.pred is None:
+            return None
+        i = len(f.args)
+        cands = self._candidates(f.ctx, f.pred)
+        if i >= len(cands):
+            return []
+        conj = self._conj_of(f)
+        return [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
+
+    def _end_word(self, w: str, delim: str) -> None:
+        f = self._top()
+        k = f.kind
+        f.words += 1
+        if k == ROOT:
+            return
+        if k == SECTION:
+            self._resolve_section(f, w)
+            return
+        if k == HEADER:
+            return
+        if k == REQ:
+            if w in self.flags:
+                raise Reject
+            self._mutable_tables()
+            self.flags.add(w)
+            return
+        if k in TYPED:
+            self._typed_word(f, w)
+            return
+        if k == ACTION:
+            if f.words == 1:
+                if w in self.actions:
+                    raise Reject
+                self._mutable_tables()
+                self.actions.add(w)
+                self.params = {}
+            else:
+                f.expect = w
+            return
+        if k == FORMULA:
+            self._resolve_formula(f, w, delim)
+            return
+        if k == ATOM:
+            cands = self._arg_candidates(f)
+            if cands is None or w not in cands:
+                raise Reject
+            f.args.append(w)
+            n = len(self.preds[f.pred])
+            if (len(f.args) < n) != (delim == " "):
+                raise Reject
+            return
+        if k == EQ:
+            if w not in self._terms("pre"):
+                raise Reject
+            f.args.append(w)
+            if (len(f.args) < 2) != (delim == " "):
+                raise Reject
+            return
+
+    def _resolve_section(self, f: _Frame, w: str) -> None:
+        closed, _ = self.word_constraint()
+        if w not in closed:
+            raise Reject
+        kinds = {"domain": HEADER, "problem": HEADER, ":domain": HEADER, ":requirements": REQ, ":types": TYPES,
+                 ":predicates": PREDS, ":action": ACTION, ":objects": OBJECTS, ":init": INIT, ":goal": GOAL}
+        f.kind = kinds[w]
+        f.name = w
+        f.words = 0
+        if f.kind == INIT:
+            f.used = set()
+        if w == "problem":
+            self.domain_done = True
+        if f.kind == ACTION:
+            f.words = 0
+
+    def _typed_word(self, f: _Frame, w: str) -> None:
+        k = f.kind
+        if k == PDECL and f.words == 1:  # the predicate's name
+            if w in self.preds:
+                raise Reject
+            f.pred = w
+            return
+        if w == "-":
+            if not self.typing or not f.group:
+                raise Reject
+            f.after_dash = True
+            return
+        if f.after_dash:
+            if k == TYPES:
+                if w in self._bad_parents(f):
+                    raise Reject
+            else:
+                closed, _ = self.word_constraint()
+                if w not in closed:
+                    raise Reject
+            for item in f.group:
+                f.items[item] = w
+            f.group = []
+            f.after_dash = False
+            return
+        closed, banned = self.word_constraint()
+        if (banned and w in banned) or (closed is not None and w not in closed):
+            raise Reject
+        f.group.append(w)
+        f.items[w] = ROOT_TYPE
+        if k in (PARAMS, OBJECTS) and not self._params_viable(f):
+            raise Reject
+
+    def _resolve_formula(self, f: _Frame, w: str, delim: str) -> None:
+        heads = self._heads(f)
+        if w not in heads:
+            raise Reject
+        parent = self.stack[-2]
+        if w == "and":
+            f.kind = CONJ
+            f.used = set()
+        elif w == "not":
+            f.kind = NOT
+        elif w == "=":
+            f.kind = EQ
+        else:
+            n = len(self.preds[w])
+            if (n > 0) != (delim == " "):
+                raise Reject
+            f.kind = ATOM
+            f.pred = w
+            f.neg = parent.kind == NOT
+            f.words = 1
+
+    # ------------------------------------------------------------------ parentheses
+
+    def _open(self) -> None:
+        top = self.stack[-1]
+        k = top.kind
+        if k == ROOT:
+            self.stack.append(_Frame(DEFINE))
+            return
+        if k == DEFINE:
+            new = _Frame(SECTION)
+        elif k == PREDS:
+            new = _Frame(PDECL)
+        elif k == ACTION:
+            if top.expect == ":parameters":
+                new = _Frame(PARAMS)
+            else:
+                new = _Frame(FORMULA, "pre" if top.expect == ":precondition" else "eff")
+        elif k in (CONJ, NOT):
+            new = _Frame(FORMULA, top.ctx)
+        elif k == INIT:
+            new = _Frame(FORMULA, "init")
+        elif k == GOAL:
+            new = _Frame(FORMULA, "goal")
+        else:
+            new = _Frame(FORMULA, top.ctx)
+        self.stack.append(new)
+        owned = self.__dict__.get("_owned")
+        if owned is not None:
+            owned.add(id(new))
+        if new.kind == FORMULA and not self._heads(new):
+            raise Reject  # nothing is left to write in this formula
+
+    def _close(self) -> None:
+        f = self._top()
+        k = f.kind
+        if k == PARAMS:
+            self._finish_typed(f)
+            self._mutable_tables()
+            if not self._params_viable(f, closing=True):
+                raise Reject
+            self.params = dict(f.items)
+        elif k == PDECL:
+            self._finish_typed(f)
+            if f.pred is None:
+                raise Reject
+            self._mutable_tables()
+            self.preds[f.pred] = tuple(f.items.values())
+        elif k == TYPES:
+            self._finish_typed(f)
+            if any(p != ROOT_TYPE and p not in f.items and p not in self.type_items for p in f.items.values()):
+                raise Reject  # a parent that is never declared itself (VAL rejects types through it)
+            self._mutable_tables()
+            for item, parent in f.items.items():
+                self.types[item] = (parent,)
+                self.type_items.add(item)
+        elif k == OBJECTS:
+            self._finish_typed(f)
+            if not self._params_viable(f, closing=True):
+                raise Reject
+            self._mutable_tables()
+            self.objects = dict(f.items)
+        elif k == ATOM:
+            if len(f.args) != len(self.preds[f.pred]):
+                raise Reject
+            if self._conj_of(f) is not None:
+                self._record((f.neg, f.pred, tuple(f.args)))
+        elif k == EQ:
+            if len(f.args) != 2:
+                raise Reject
+        elif k == FORMULA:
+            raise Reject  # "()" or a head never written: the grammar does not allow it either
+        elif k == DEFINE and not self.domain_done:
+            self.domain_done = True
+        self.stack.pop()
+
+    def _record(self, key) -> None:
+        """Add a literal to the conjunction of the atom on top (copying that frame first if it is
+        shared with the tracker this one was cloned from)."""
+        idx = next(i for i in range(len(self.stack) - 2, -1, -1) if self.stack[i].kind in (CONJ, INIT))
+        conj = self.stack[idx]
+        owned = self.__dict__.get("_owned")
+        if owned is not None and id(conj) not in owned:
+            conj = conj.copy()
+            owned.add(id(conj))
+            self.stack[idx] = conj
+        conj.used.add(key)
+
+    def _finish_typed(self, f: _Frame) -> None:
+        if f.after_dash:
+            raise Reject
