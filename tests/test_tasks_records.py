@@ -196,7 +196,8 @@ def test_training_packages_import_tasks_only_through_the_training_module(tmp_pat
 def test_training_module_exports_no_reference_types():
     import omtr.tasks.training as training
 
-    assert set(training.__all__) == {"TaskFormatError", "TrainingTask", "load_training_tasks"}
+    assert set(training.__all__) == {"TaskFormatError", "TrainingTask", "load_training_tasks",
+                                     "GivenDomainError", "MODES", "task_mode"}
     assert not hasattr(training, "Task") and not hasattr(training, "ReferenceSpec") and not hasattr(training, "load_tasks")
 
 

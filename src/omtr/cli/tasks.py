@@ -50,6 +50,7 @@ def _register_generate(sub) -> None:
   omtr tasks generate --family gripper --n 200 --seed 1 --split test --min-objects 4 --max-objects 10 --out g.jsonl
   omtr tasks generate --family mystery_blocksworld --n 500 --seed 2 --option vocabulary=random --out myst.jsonl
   omtr tasks generate --family logistics --n 100 --seed 3 --option cities=3 --option planes=1..2 --no-verify --out log.jsonl
+  omtr tasks generate --family gripper --n 50 --seed 4 --given-domain --out g_given.jsonl   # the model writes only problems
 """,
     )
     p.add_argument("--family", required=True, help="task family (blocksworld, mystery_blocksworld, logistics, gripper)")
@@ -61,6 +62,9 @@ def _register_generate(sub) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="family option, repeatable")
     p.add_argument("--no-verify", action="store_true", help="skip the planner check (constructive plans only)")
     p.add_argument("--workers", type=int, default=2, help="planner processes for verification (default 2)")
+    p.add_argument("--given-domain", action="store_true",
+                   help="domain-given mode: write the family's domain into each record's 'domain' (an input); "
+                        "the model then writes only the problem")
     p.add_argument("--out", required=True, help="output JSONL file")
     p.set_defaults(handler=_generate)
 
@@ -96,8 +100,11 @@ def _generate(args) -> int:
     except GenerationError as exc:
         raise CliError(str(exc)) from None
     bar.close()
+    if args.given_domain:
+        tasks = _given(tasks)
     write_tasks(args.out, tasks)
-    log.info("wrote %d %s tasks to %s in %.1f s", len(tasks), args.family, args.out, time.monotonic() - t0)
+    log.info("wrote %d %s tasks%s to %s in %.1f s", len(tasks), args.family,
+             " (domain given)" if args.given_domain else "", args.out, time.monotonic() - t0)
     return 0
 
 
@@ -120,6 +127,7 @@ def _register_import(sub) -> None:
   omtr tasks import-planbench ../shared/benchmarks/planbench --out planbench.jsonl
   omtr tasks import-planbench ~/LLMs-Planning/plan-bench --family logistics --family depots --out pb.jsonl
   OMTR_BENCHMARKS=/data/benchmarks omtr tasks import-planbench --family blocksworld_3 --out bw3.jsonl
+  omtr tasks import-planbench --family blocksworld --given-domain --out pb_given.jsonl   # LLM+P's setting
 """,
     )
     p.add_argument("dir", nargs="?", help="PlanBench folder (holding configs/ and instances/)")
@@ -128,6 +136,8 @@ def _register_import(sub) -> None:
         help="blocksworld, mystery_blocksworld, logistics, depots or a config name such as blocksworld_3; repeatable (default: all)",
     )
     p.add_argument("--split", choices=("train", "val", "test", "none"), default="test", help="split label (default test)")
+    p.add_argument("--given-domain", action="store_true",
+                   help="domain-given mode: write each instance's domain file into its record's 'domain' (an input)")
     p.add_argument("--out", required=True, help="output JSONL file")
     p.set_defaults(handler=_import_planbench)
 
@@ -145,9 +155,22 @@ def _import_planbench(args) -> int:
         tasks = import_planbench(root, args.family or None, split=None if args.split == "none" else args.split)
     except PlanBenchError as exc:
         raise CliError(str(exc)) from None
+    if args.given_domain:
+        tasks = _given(tasks)
     write_tasks(args.out, tasks)
-    log.info("wrote %d PlanBench tasks to %s", len(tasks), args.out)
+    log.info("wrote %d PlanBench tasks%s to %s", len(tasks), " (domain given)" if args.given_domain else "", args.out)
     return 0
+
+
+def _given(tasks):
+    """The tasks in the domain-given mode: each reference's domain becomes the record's input
+    ``domain`` (a domain that does not lint is named with its task)."""
+    from omtr.tasks.records import TaskFormatError
+
+    try:
+        return [t.with_given_domain() for t in tasks]
+    except TaskFormatError as exc:
+        raise CliError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- stats

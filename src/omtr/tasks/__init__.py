@@ -6,6 +6,8 @@ cannot carry reference PDDL; see ``omtr.tasks.records`` for the reasoning.
 """
 
 from omtr.tasks.records import (
+    MODES,
+    GivenDomainError,
     MissingReferenceError,
     ReferenceSpec,
     Task,
@@ -18,6 +20,8 @@ from omtr.tasks.records import (
 )
 
 __all__ = [
+    "MODES",
+    "GivenDomainError",
     "MissingReferenceError",
     "ReferenceSpec",
     "Task",

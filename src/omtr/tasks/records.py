@@ -13,6 +13,10 @@ asked politely not to read it:
 * ``load_training_tasks`` decodes each JSONL line with a hook that discards the ``reference`` key
   (and any non-allowed key) as the object is built, so no ``TrainingTask`` nor anything it points
   to holds reference text; the decoded line is dropped before the next one is read.
+* A task may carry ``domain``: PDDL text given with the task (the domain-given mode: the model
+  writes only the problem). It is an *input*, like ``nl``, so the training view keeps it; the
+  reference problem stays unreachable as above. A given domain that does not lint is the user's
+  input error (:class:`GivenDomainError`, raised while reading the record), never the model's.
 * Training modules import only ``omtr.tasks.training`` (``TrainingTask``,
   ``load_training_tasks``); a test walks the object graph and the pickle of loaded training tasks
   looking for the reference text, and another scans training packages for forbidden imports.
@@ -20,6 +24,7 @@ asked politely not to read it:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -35,11 +40,18 @@ TRAINING_META_KEYS = frozenset(
 )
 
 # Top-level keys of a task record; anything else in a file is an error (catches typos early).
-RECORD_KEYS = frozenset({"id", "family", "split", "nl", "reference", "meta"})
+RECORD_KEYS = frozenset({"id", "family", "split", "nl", "domain", "reference", "meta"})
+
+# The two modes of a task: the model writes domain and problem, or only the problem of a given domain.
+MODES = ("full", "domain-given")
 
 
 class TaskFormatError(ValueError):
     """A task file or record that cannot be read; the message names the file, line and fix."""
+
+
+class GivenDomainError(TaskFormatError):
+    """A task's given ``domain`` that does not lint: the user's input, named with the task."""
 
 
 class MissingReferenceError(ValueError):
@@ -67,14 +79,18 @@ class Task:
     nl: str
     reference: ReferenceSpec | None = None
     meta: dict = field(default_factory=dict)
+    domain: str | None = None  # a given domain (PDDL text): an input of the task, not its reference
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.family, self.split, self.nl, self.meta)
+        check_given_domain(self.id, self.domain)
         if self.reference is not None and not isinstance(self.reference, ReferenceSpec):
             raise TaskFormatError(f"task {self.id!r}: reference must be a ReferenceSpec")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "family": self.family, "split": self.split, "nl": self.nl}
+        if self.domain is not None:
+            out["domain"] = self.domain
         if self.reference is not None:
             out["reference"] = self.reference.to_json()
         out["meta"] = dict(self.meta)
@@ -108,11 +124,22 @@ class Task:
             nl=_req_str(obj, "nl"),
             reference=reference,
             meta=dict(obj.get("meta") or {}),
+            domain=_opt_domain(obj),
         )
 
+    @property
+    def mode(self) -> str:
+        return task_mode(self)
+
+    def with_given_domain(self, domain: str | None = None) -> "Task":
+        """This task in the domain-given mode: ``domain`` (default: the reference's domain) as input."""
+        if domain is None:
+            domain = require_reference(self).domain
+        return dataclasses.replace(self, domain=domain)
+
     def for_training(self) -> "TrainingTask":
-        """The training view: no reference, meta reduced to ``TRAINING_META_KEYS``."""
-        return TrainingTask(self.id, self.family, self.split, self.nl, training_meta(self.meta))
+        """The training view: no reference, meta reduced to ``TRAINING_META_KEYS``; a given domain kept."""
+        return TrainingTask(self.id, self.family, self.split, self.nl, training_meta(self.meta), self.domain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +151,11 @@ class TrainingTask:
     split: str | None
     nl: str
     meta: dict = field(default_factory=dict)
+    domain: str | None = None  # a given domain (PDDL text): an input, as ``nl`` is
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.family, self.split, self.nl, self.meta)
+        check_given_domain(self.id, self.domain)
         bad = [k for k, v in self.meta.items() if k not in TRAINING_META_KEYS or not _is_scalar(v)]
         if bad:
             raise TaskFormatError(
@@ -134,8 +163,65 @@ class TrainingTask:
                 f"side (allowed: scalar values under {sorted(TRAINING_META_KEYS)})"
             )
 
+    @property
+    def mode(self) -> str:
+        return task_mode(self)
+
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "family": self.family, "split": self.split, "nl": self.nl, "meta": dict(self.meta)}
+        out = {"id": self.id, "family": self.family, "split": self.split, "nl": self.nl}
+        if self.domain is not None:
+            out["domain"] = self.domain
+        out["meta"] = dict(self.meta)
+        return out
+
+
+def task_mode(task) -> str:
+    """``domain-given`` when the task carries a given domain, else ``full``."""
+    return "domain-given" if getattr(task, "domain", None) else "full"
+
+
+_LINTED: dict[str, str | None] = {}  # given domain text -> the lint error ("" when it lints), per process
+
+
+def given_domain_error(domain: str) -> str | None:
+    """Why a given domain cannot be used (it does not parse or lint), or None when it can.
+
+    The domain is linted with a trivial problem of its own name (no objects, an empty goal), so
+    only the domain's own faults are reported. Results are cached by text: a file of a thousand
+    tasks sharing one domain lints it once."""
+    if domain in _LINTED:
+        return _LINTED[domain] or None
+    from omtr.solver.lint import lint
+    from omtr.spec.model import SpecError, parse_domain
+
+    try:
+        name = parse_domain(domain).name
+    except SpecError as exc:
+        err = f"{exc.category.value}: {exc.message}"
+    else:
+        res = lint(domain, f"(define (problem given-domain-check) (:domain {name}) (:init) (:goal (and)))")
+        err = f"{res.error.category.value}: {res.error.message}" if res.error is not None else ""
+    if len(_LINTED) > 1024:
+        _LINTED.clear()
+    _LINTED[domain] = err
+    return err or None
+
+
+def check_given_domain(task_id: str, domain) -> None:
+    """Raise :class:`GivenDomainError` (naming the task) for a given domain that is not lint-clean PDDL."""
+    if domain is None:
+        return
+    if not isinstance(domain, str) or not domain.strip():
+        raise GivenDomainError(
+            f"task {task_id!r}: 'domain' must be PDDL text (define (domain ...)) or absent, got "
+            f"{type(domain).__name__ if not isinstance(domain, str) else 'an empty string'}"
+        )
+    err = given_domain_error(domain)
+    if err:
+        raise GivenDomainError(
+            f"task {task_id!r}: its given domain does not lint ({err}); fix the record's 'domain' field, "
+            "or drop it to let the model write the domain too"
+        )
 
 
 def training_meta(meta: dict) -> dict:
@@ -195,6 +281,7 @@ def load_training_tasks(path: str | os.PathLike) -> list[TrainingTask]:
                 split=obj.get("split"),
                 nl=_req_str(obj, "nl"),
                 meta=training_meta(obj.get("meta") or {}),
+                domain=_opt_domain(obj),
             )
         except TaskFormatError as exc:
             raise TaskFormatError(f"{path}:{lineno}: {exc}") from None
@@ -241,6 +328,14 @@ def _read_jsonl(path, decode) -> Iterator[tuple[int, Any]]:
             except json.JSONDecodeError as exc:
                 raise TaskFormatError(f"{p}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
             yield lineno, obj
+
+
+def _opt_domain(obj: dict) -> str | None:
+    val = obj.get("domain")
+    if val is not None and not isinstance(val, str):
+        raise GivenDomainError(f"task {obj.get('id')!r}: 'domain' must be PDDL text (a string) or absent, "
+                               f"got {type(val).__name__}")
+    return val
 
 
 def _req_str(obj: dict, key: str) -> str:

@@ -6,6 +6,13 @@ cannot be given one, and ``load_training_tasks`` drops reference PDDL while deco
 the training packages for imports of anything else from ``omtr.tasks``.
 """
 
-from omtr.tasks.records import TaskFormatError, TrainingTask, load_training_tasks
+from omtr.tasks.records import (
+    MODES,
+    GivenDomainError,
+    TaskFormatError,
+    TrainingTask,
+    load_training_tasks,
+    task_mode,
+)
 
-__all__ = ["TaskFormatError", "TrainingTask", "load_training_tasks"]
+__all__ = ["MODES", "GivenDomainError", "TaskFormatError", "TrainingTask", "load_training_tasks", "task_mode"]
