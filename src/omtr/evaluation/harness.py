@@ -10,7 +10,12 @@
 * ``file:PATH`` replays another system's specs: JSON Lines in ``omtr solve --batch`` format,
   ``{"id": TASK_ID, "domain": ..., "problem": ...}``, one line per attempt; a task's attempts are
   checked in file order, at most K of them, and its episode ends at the first success or after its
-  last attempt.
+  last attempt. For a task with a given domain an attempt may leave ``domain`` out.
+
+In the domain-given mode (tasks whose records carry ``domain``) a harness answers with the problem
+alone, as a model must there; the loop pairs it with the given domain. ``oracle`` then checks the
+reference problem against the given domain; mutators that change only the domain have nothing to
+change in this mode (the domain is not the model's to write).
 
 These read references, so they live on the evaluation side; generating policies (the role model,
 the baselines) see only the NL task. The loop hands a policy prompts, not tasks: a harness policy
@@ -34,8 +39,10 @@ class HarnessError(ValueError):
     """A harness policy that cannot be built (unknown mutator, unreadable file, no references)."""
 
 
-def answer_text(domain: str, problem: str) -> str:
-    """A spec as a model would write it: two fenced PDDL blocks."""
+def answer_text(domain: str | None, problem: str) -> str:
+    """A spec as a model would write it: two fenced PDDL blocks (only the problem's when the domain is given)."""
+    if domain is None:
+        return f"```pddl\n{problem.strip()}\n```\n"
     return f"```pddl\n{domain.strip()}\n```\n\n```pddl\n{problem.strip()}\n```\n"
 
 
@@ -77,10 +84,11 @@ class ReplayPolicy:
         if not tries:
             return ""
         d, p = tries[min(self._turn[tid], len(tries) - 1)]
-        return answer_text(d, p)
+        return answer_text(None if turn.domain else d, p)
 
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
-                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+                 stop_when: Callable[[str], bool] | None = None,
+                 domains: Sequence[str | None] | None = None) -> list[Generation]:
         return [Generation(text=self._answer(role, p)) for p in prompts]
 
     def judge(self, prompts: Sequence[Messages]) -> list[float]:
@@ -138,6 +146,7 @@ def from_file(path: str | Path, tasks: Sequence, *, budget: int = 6) -> ReplayPo
     if not p.is_file():
         raise HarnessError(f"file:{p}: no such file")
     known = {str(t.id) for t in tasks}
+    given = {str(t.id): t.domain for t in tasks if getattr(t, "domain", None)}
     attempts: dict[str, list[tuple[str, str]]] = defaultdict(list)
     answers: dict[str, str] = {}
     with open(p, encoding="utf-8") as fh:
@@ -156,8 +165,11 @@ def from_file(path: str | Path, tasks: Sequence, *, budget: int = 6) -> ReplayPo
             if isinstance(rec.get("answer"), str):
                 answers[tid] = rec["answer"]
                 continue
+            if rec.get("domain") is None and tid in given:  # the domain-given mode: a problem alone
+                rec["domain"] = given[tid]
             if not isinstance(rec.get("domain"), str) or not isinstance(rec.get("problem"), str):
-                raise HarnessError(f"{p}:{n}: 'domain' and 'problem' must be strings (PDDL text)")
+                raise HarnessError(f"{p}:{n}: 'domain' and 'problem' must be strings (PDDL text)"
+                                   + ("" if given else "; 'domain' may be left out only for a task with a given domain"))
             if len(attempts[tid]) < budget:
                 attempts[tid].append((rec["domain"], rec["problem"]))
     if not attempts and not answers:

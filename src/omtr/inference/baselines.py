@@ -20,10 +20,17 @@ each failed verification; what a baseline does with that turn is what sets it ap
 
 Baselines see what the loop's prompts carry: the task's NL text and family, and for revisions the
 latest spec and diagnostic. They never see references. No baseline has a Judge.
+
+In the domain-given mode (the task comes with its domain; the loop passes ``domains=``) every
+baseline shows the domain and writes only the problem: LLM+P as Liu et al. (2023) ran it (the
+domain file given, an example problem and its problem PDDL, then the new problem's NL), CoT reasons
+about objects, init and goal, ToT's stages become objects, then init and goal, and Self-Refine
+revises the problem.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -38,6 +45,9 @@ log = logging.getLogger(__name__)
 _EDITOR = re.compile(r"^Task:\n(?P<nl>.*?)\n\nPDDL written for it:\n(?P<spec>.*)\n\nThe planner rejected it"
                      r"(?: \((?P<cat>[a-z_]+)\))?: (?P<diag>.*)\n\nWrite the corrected domain and problem in full\.$",
                      re.DOTALL)
+_EDITOR_GIVEN = re.compile(r"^Task:\n(?P<nl>.*?)\n\nGiven domain:\n(?P<domain>.*?)\n\nProblem written for it:\n"
+                           r"(?P<spec>.*)\n\nThe planner rejected it(?: \((?P<cat>[a-z_]+)\))?: (?P<diag>.*)"
+                           r"\n\nWrite the corrected problem in full\.$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -50,20 +60,27 @@ class Turn:
     spec: str | None = None
     category: str | None = None
     diagnostic: str | None = None
+    domain: str | None = None  # the given domain (domain-given mode): the answer is a problem alone
 
 
 def read_prompt(role: str, messages: Messages) -> Turn:
-    """The task (and, for the Editor, the latest spec and diagnostic) in one of the loop's prompts."""
+    """The task (and, for the Editor, the latest spec and diagnostic) in one of the loop's prompts;
+    in the domain-given mode also the given domain."""
     users = [m["content"] for m in messages if m["role"] == "user"]
     if role == "actor":
         family = None
         if len(users) >= 2:
-            family = next((f for f, d in P.DEMOS.items() if d.nl == users[0]), None)
-        return Turn("actor", users[-1], family)
+            demo_nl = P.split_given(users[0])[0]
+            family = next((f for f, d in P.DEMOS.items() if d.nl == demo_nl), None)
+        nl, domain = P.split_given(users[-1]) if users else ("", None)
+        return Turn("actor", nl, family, domain=domain)
     m = _EDITOR.match(users[-1]) if users else None
+    if m is not None:
+        return Turn("editor", m["nl"], None, m["spec"], m["cat"], m["diag"])
+    m = _EDITOR_GIVEN.match(users[-1]) if users else None
     if m is None:
         raise ValueError("not an Editor prompt of omtr.inference.prompts.editor_messages")
-    return Turn("editor", m["nl"], None, m["spec"], m["cat"], m["diag"])
+    return Turn("editor", m["nl"], None, m["spec"], m["cat"], m["diag"], m["domain"])
 
 
 SYSTEM = ("You translate planning tasks written in English into PDDL: a domain (define (domain ...)) and "
@@ -73,6 +90,15 @@ COT_INSTRUCTIONS = (
     "First think step by step: list the kinds of objects, the predicates that describe a state, the "
     "actions with their preconditions and effects, the initial state and the goal. Then write the "
     "complete PDDL domain followed by the complete PDDL problem, each as one (define ...) block."
+)
+
+SYSTEM_GIVEN = ("You translate planning tasks written in English into a PDDL problem (define (problem ...)) for a "
+                "given PDDL domain, one that a classical planner can solve with that domain.")
+
+COT_GIVEN_INSTRUCTIONS = (
+    "First think step by step: list the objects of the task with their types, the initial state and the "
+    "goal, in the given domain's predicates. Then write the complete PDDL problem for this domain as one "
+    "(define (problem ...)) block."
 )
 
 LLMP_ASSUMPTIONS = (
@@ -99,8 +125,13 @@ class _BaselinePolicy:
         return [0.5] * len(prompts)  # no Judge; the loop is run with judge=False
 
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
-                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+                 stop_when: Callable[[str], bool] | None = None,
+                 domains: Sequence[str | None] | None = None) -> list[Generation]:
         turns = [read_prompt(role, p) for p in prompts]
+        if domains is not None:  # the loop's given domains are the authority
+            if len(domains) != len(turns):
+                raise ValueError(f"{len(turns)} prompts but {len(domains)} given domains")
+            turns = [dataclasses.replace(t, domain=d or None) for t, d in zip(turns, domains)]
         for t in turns:
             if t.role == "actor":
                 self._family[t.nl] = t.family
@@ -151,6 +182,9 @@ class CoT(IndependentSamples):
     name = "cot"
 
     def messages(self, t: Turn) -> Messages:
+        if t.domain:
+            return [{"role": "system", "content": SYSTEM_GIVEN},
+                    {"role": "user", "content": f"{t.nl}\n\nThe domain:\n{t.domain}\n\n{COT_GIVEN_INSTRUCTIONS}"}]
         return [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": f"{t.nl}\n\n{COT_INSTRUCTIONS}"}]
 
@@ -160,6 +194,14 @@ class LLMPlusP(IndependentSamples):
 
     def messages(self, t: Turn) -> Messages:
         demo = P.demo_for(self.family(t))
+        if t.domain:  # Liu et al.'s setting: the domain file given, an example problem and its problem file
+            return [
+                {"role": "system", "content": SYSTEM_GIVEN + " " + LLMP_ASSUMPTIONS},
+                {"role": "user", "content": f"The domain:\n{demo.domain}\n\nAn example problem:\n{demo.nl}"},
+                {"role": "assistant", "content": demo.problem},
+                {"role": "user", "content": f"The domain:\n{t.domain}\n\nNow this problem:\n{t.nl}\n\n"
+                                            "Write its PDDL problem file for this domain directly, without further explanation."},
+            ]
         return [
             {"role": "system", "content": SYSTEM + " " + LLMP_ASSUMPTIONS},
             {"role": "user", "content": f"An example problem:\n{demo.nl}"},
@@ -174,6 +216,16 @@ class SelfRefine(_BaselinePolicy):
     name = "self-refine"
 
     def messages(self, t: Turn) -> Messages:
+        if t.domain:
+            ask = f"{t.nl}\n\nThe domain:\n{t.domain}\n\nWrite the PDDL problem for this domain."
+            first = [{"role": "system", "content": SYSTEM_GIVEN}, {"role": "user", "content": ask}]
+            if t.role == "actor":
+                return first
+            return first + [
+                {"role": "assistant", "content": t.spec or ""},
+                {"role": "user", "content": f"The planner answered:\n{t.diagnostic}\n\n"
+                                            "Revise your problem so the planner accepts it; write the problem in full."},
+            ]
         if t.role == "actor":
             return [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": f"{t.nl}\n\nWrite the PDDL domain and problem."}]
@@ -194,6 +246,11 @@ STAGES = (
     "Stage 2: list the predicates that describe a state, and each action with its parameters, "
     "preconditions and effects.",
 )
+# With a given domain only the problem is written: its objects, then its initial state and goal.
+STAGES_GIVEN = (
+    "Stage 1: list every object of the task with its type from the given domain.",
+    "Stage 2: list the facts of the initial state and of the goal, in the given domain's predicates.",
+)
 
 
 class ToT(_BaselinePolicy):
@@ -206,12 +263,17 @@ class ToT(_BaselinePolicy):
         super().__init__(backend, seed=seed, temperature=temperature)
         self.breadth, self.beam, self.budget, self.thought_tokens = breadth, beam, budget, thought_tokens
         self._queue: dict[str, list[str]] = {}  # the surviving reasoning states per task, best first
+        self._domain: dict[str, str | None] = {}  # nl -> the given domain (domain-given mode)
         self.tree: dict[str, list[tuple[float, str]]] = {}  # the final beam per task (for traces and tests)
+
+    def _task_text(self, nl: str) -> str:
+        domain = self._domain.get(nl)
+        return f"{nl}\n\nThe domain:\n{domain}" if domain else nl
 
     def _thought_prompt(self, nl: str, state: str, stage: str) -> Messages:
         done = f"\n\nAnalysis so far:\n{state}" if state else ""
-        return [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": f"{nl}{done}\n\n{stage} Be brief."}]
+        return [{"role": "system", "content": SYSTEM_GIVEN if self._domain.get(nl) else SYSTEM},
+                {"role": "user", "content": f"{self._task_text(nl)}{done}\n\n{stage} Be brief."}]
 
     def _value_prompt(self, nl: str, state: str) -> Messages:
         return [{"role": "system", "content": "You grade analyses of planning tasks."},
@@ -226,9 +288,10 @@ class ToT(_BaselinePolicy):
     def search(self, nls: list[str], sampling: Sampling) -> dict[str, list[tuple[float, str]]]:
         """Breadth-first over the stages for several tasks at once; the surviving (rating, state) beams."""
         beams = {nl: [(0.0, "")] for nl in nls}
-        for depth, stage in enumerate(STAGES):
+        for depth in range(len(STAGES)):
             prompts, owners = [], []
             for nl in nls:
+                stage = (STAGES_GIVEN if self._domain.get(nl) else STAGES)[depth]
                 for _, state in beams[nl]:
                     for b in range(self.breadth):
                         prompts.append(self._thought_prompt(nl, state, stage))
@@ -252,6 +315,9 @@ class ToT(_BaselinePolicy):
         return beams
 
     def turn(self, turns, sampling, stop_when):
+        for t in turns:
+            if t.role == "actor" or t.domain:
+                self._domain[t.nl] = t.domain
         fresh = [t.nl for t in turns if t.role == "actor"]
         if fresh:
             beams = self.search(fresh, sampling)
@@ -281,6 +347,10 @@ class ToT(_BaselinePolicy):
         return out  # type: ignore[return-value]
 
     def _final_prompt(self, nl: str, state: str) -> Messages:
+        if self._domain.get(nl):
+            return [{"role": "system", "content": SYSTEM_GIVEN},
+                    {"role": "user", "content": f"{self._task_text(nl)}\n\nAnalysis:\n{state}\n\nUsing this analysis, "
+                                                "write the complete PDDL problem for the given domain."}]
         return [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": f"{nl}\n\nAnalysis:\n{state}\n\nUsing this analysis, write the complete "
                                             "PDDL domain followed by the complete PDDL problem."}]

@@ -12,8 +12,17 @@ one ``policy.generate`` call (up to ``batch_size``), and that batch's specs go t
 in one ``solve_many`` call, submitted on a background thread, so the solver pool (or a remote
 fleet) plans while the model scores the Actor's specs with the Judge and generates the next batch.
 
-Tasks are read through their ``id``, ``nl`` and ``family`` only; a task that carries a reference
-is reduced to its training view first, so reference PDDL never reaches a prompt or a trace.
+Tasks are read through their ``id``, ``nl``, ``family`` and given ``domain`` only; a task that
+carries a reference is reduced to its training view first, so reference PDDL never reaches a prompt
+or a trace.
+
+The domain-given mode: a task with a given ``domain`` is one episode of the same loop in which every
+answer is a problem. Its prompts show the domain (``omtr.inference.prompts``), the policy is handed
+the batch's domains (``generate(..., domains=[...])``: the role model decodes a problem alone,
+scoped to the given domain), extraction takes the problem and pairs it with the given domain, and
+the environment verifies (given domain, problem). Episodes of the two modes are generated in
+separate batches (each mode has its own stop rule). ``Episode.mode`` (``full`` | ``domain-given``)
+is in every trace and episode log.
 """
 
 from __future__ import annotations
@@ -27,10 +36,10 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
-from omtr.inference.extract import extract_spec, extraction_verdict, spec_complete
+from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
 from omtr.inference.policy import Generation, Policy, Sampling
 from omtr.solver.verdict import Verdict
-from omtr.tasks.training import TrainingTask
+from omtr.tasks.training import TrainingTask, task_mode
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +96,11 @@ class Episode:
         return bool(self.steps) and (self.steps[-1].verdict.success or len(self.steps) >= self.budget)
 
     @property
+    def mode(self) -> str:
+        """``domain-given`` when the task came with its domain (the model writes the problem only), else ``full``."""
+        return task_mode(self.task)
+
+    @property
     def success(self) -> bool:
         return bool(self.steps) and self.steps[-1].verdict.success
 
@@ -114,7 +128,7 @@ class Episode:
     def to_json(self, *, tokens: bool = False) -> dict:
         final = self.final
         return {
-            "id": self.task.id, "family": self.task.family, "success": self.success,
+            "id": self.task.id, "family": self.task.family, "mode": self.mode, "success": self.success,
             "actor_success": self.actor_success, "planner_calls": self.planner_calls,
             "repairs": self.repairs, "budget": self.budget, "judge_score": self.judge_score,
             "final_category": final.verdict.category.value if final and final.verdict.category else None,
@@ -129,7 +143,8 @@ def _training_view(task) -> TrainingTask:
         return task
     if hasattr(task, "for_training"):  # an evaluation Task: drop the reference before anything reads it
         return task.for_training()
-    return TrainingTask(str(task.id), getattr(task, "family", None), None, task.nl)
+    return TrainingTask(str(task.id), getattr(task, "family", None), None, task.nl,
+                        domain=getattr(task, "domain", None) or None)
 
 
 def run_episodes(
@@ -191,12 +206,16 @@ class _Runner:
     def _role(self, i: int) -> str:
         return "actor" if not self.episodes[i].steps else "editor"
 
+    def _mode(self, i: int) -> str:
+        return self.episodes[i].mode
+
     def _take_batch(self) -> tuple[str, list[int]]:
-        role = self._role(self.ready[0])
+        role, mode = self._role(self.ready[0]), self._mode(self.ready[0])
         batch, rest = [], deque()
         while self.ready:
             i = self.ready.popleft()
-            if self._role(i) == role and (self.batch_size is None or len(batch) < self.batch_size):
+            if self._role(i) == role and self._mode(i) == mode and (
+                    self.batch_size is None or len(batch) < self.batch_size):
                 batch.append(i)
             else:
                 rest.append(i)
@@ -206,8 +225,13 @@ class _Runner:
     def _generate_batch(self, pool: cf.ThreadPoolExecutor) -> None:
         role, batch = self._take_batch()
         prompts = [self._prompt(role, i) for i in batch]
+        given = self._mode(batch[0]) == "domain-given"
         t = time.perf_counter()
-        gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete)
+        if given:  # the batch's given domains: the policy writes (and scopes) a problem for each
+            gens = self.policy.generate(role, prompts, self.sampling, stop_when=problem_complete,
+                                        domains=[self.episodes[i].task.domain for i in batch])
+        else:
+            gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete)
         gen_ms = (time.perf_counter() - t) * 1000
         if len(gens) != len(batch):
             raise RuntimeError(f"the policy returned {len(gens)} generations for {len(batch)} prompts")
@@ -220,7 +244,7 @@ class _Runner:
         if role == "actor" and self.use_judge:  # runs while the environment plans
             t = time.perf_counter()
             scores = self.policy.judge([
-                P.judge_messages(self.episodes[i].task, P.spec_text(s.domain, s.problem, s.text))
+                P.judge_messages(self.episodes[i].task, P.spec_text(s.domain, s.problem, s.text, given=given))
                 for i, s in zip(batch, steps)
             ])
             judge_ms = (time.perf_counter() - t) * 1000
@@ -235,12 +259,12 @@ class _Runner:
         if role == "actor":
             return P.actor_messages(ep.task)
         last = ep.steps[-1]
-        spec = P.spec_text(last.domain, last.problem, last.text)
+        spec = P.spec_text(last.domain, last.problem, last.text, given=ep.mode == "domain-given")
         category = last.verdict.category.value if last.verdict.category else None
         return P.editor_messages(ep.task, spec, category, last.verdict.message)
 
     def _step(self, role: str, i: int, g: Generation, gen_ms: float, batch: int) -> Step:
-        ex = extract_spec(g.text)
+        ex = extract_spec(g.text, self.episodes[i].task.domain)
         verdict = extraction_verdict(ex)
         times = {"generate_ms": gen_ms, "batch": float(batch), **g.timings}
         return Step(

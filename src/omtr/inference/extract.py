@@ -8,13 +8,18 @@ block by balanced parentheses (comments skipped), and picks:
 * the first closed domain block, and
 * the first closed problem block after it (or, failing that, anywhere in the text).
 
+With a given domain (the domain-given mode) only the problem is taken from the text, the first
+closed problem block, and paired with the given domain; a domain block the answer writes anyway
+is ignored (and noted).
+
 It never raises. What it cannot find becomes a ``syntax`` verdict (:func:`extraction_verdict`)
 whose message says what is missing, so the Editor reads the same kind of diagnostic as for any
 other failure and no planner call is spent on it.
 
 :func:`spec_complete` answers "are both blocks closed?" for early stopping during decoding; it
 rejects cheaply and then scans only from the first ``define``, and :class:`SpecScanner` does the
-same work incrementally when a caller feeds text piece by piece.
+same work incrementally when a caller feeds text piece by piece. :func:`problem_complete` is the
+domain-given mode's stop: a closed problem block.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class Extracted:
     problem: str | None
     blocks: list[Block] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    given: bool = False  # the domain was given (not read from the text)
 
     @property
     def ok(self) -> bool:
@@ -61,7 +67,7 @@ class Extracted:
     def problem_message(self) -> str:
         """One sentence naming what is missing (empty when both blocks were found)."""
         parts = []
-        for kind in KINDS:
+        for kind in (("problem",) if self.given else KINDS):
             if getattr(self, kind) is not None:
                 continue
             opened = [b for b in self.blocks if b.kind == kind]
@@ -76,6 +82,10 @@ class Extracted:
         if not parts:
             return ""
         msg = "; ".join(parts)
+        if self.given:
+            return msg[0].upper() + msg[1:] + (
+                ". The domain is given: write the complete problem as one balanced (define (problem ...)) block."
+            )
         return msg[0].upper() + msg[1:] + (
             ". Write the complete domain, then the complete problem, each as one balanced (define ...) block."
         )
@@ -113,10 +123,13 @@ def scan_blocks(text: str) -> list[Block]:
     return blocks
 
 
-def extract_spec(text: str) -> Extracted:
-    """The domain and problem in ``text`` (either may be None); never raises."""
+def extract_spec(text: str, given_domain: str | None = None) -> Extracted:
+    """The domain and problem in ``text`` (either may be None); never raises. With ``given_domain``
+    only the problem is read from the text, and the domain is the given one."""
     if not isinstance(text, str):
         text = str(text or "")
+    if given_domain is not None:
+        return _extract_problem(text, given_domain)
     blocks = scan_blocks(text)
     domains = [b for b in blocks if b.kind == "domain" and b.closed]
     problems = [b for b in blocks if b.kind == "problem" and b.closed]
@@ -138,6 +151,19 @@ def extract_spec(text: str) -> Extracted:
         blocks=blocks,
         notes=notes,
     )
+
+
+def _extract_problem(text: str, given_domain: str) -> Extracted:
+    blocks = scan_blocks(text)
+    problems = [b for b in blocks if b.kind == "problem" and b.closed]
+    prob = problems[0] if problems else None
+    notes = []
+    if any(b.kind == "domain" for b in blocks):
+        notes.append("a domain block in the answer was ignored: the domain is given")
+    if len(problems) > 1:
+        notes.append(f"{len(problems) - 1} further complete problem block(s) ignored; the first was used")
+    return Extracted(domain=given_domain, problem=text[prob.start:prob.end] if prob else None,
+                     blocks=blocks, notes=notes, given=True)
 
 
 def extraction_verdict(ex: Extracted) -> Verdict | None:
@@ -167,6 +193,18 @@ def spec_complete(text: str) -> bool:
             if len(closed) == 2:
                 return True
     return False
+
+
+def problem_complete(text: str) -> bool:
+    """True once ``text`` holds a closed problem block (the stop of the domain-given mode)."""
+    low = text.lower()
+    if "problem" not in low or "define" not in low:
+        return False
+    m = _HEADER.search(text)
+    if m is None:
+        return False
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    return any(b.closed and b.kind == "problem" for b in scan_blocks(text[line_start:]))
 
 
 def _header_prefix(rest: str) -> bool:

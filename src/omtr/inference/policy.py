@@ -54,11 +54,14 @@ class Policy(Protocol):
         sampling: Sampling,
         *,
         stop_when: Callable[[str], bool] | None = None,
+        domains: Sequence[str | None] | None = None,
     ) -> list[Generation]:
         """One generation per prompt, in order. ``role`` is ``actor`` or ``editor``.
 
         ``stop_when(text_so_far)`` returning True ends that sequence early (e.g. once both the
-        domain and the problem block are closed)."""
+        domain and the problem block are closed). ``domains`` (the domain-given mode; the loop
+        passes it only there) holds each prompt's given domain: the answer is then a problem for
+        that domain alone, which a constrained decoder may scope to the domain's names."""
         ...
 
     def judge(self, prompts: Sequence[Messages]) -> list[float]:

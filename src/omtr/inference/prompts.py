@@ -4,13 +4,18 @@
 * Judge: task + spec -> score (the Judge's head reads the prompt; no answer text is generated).
 * Editor: task + latest spec + latest diagnostic -> repaired spec.
 
-Prompts read a task's ``nl`` and ``family`` and nothing else, so they work on a
+Prompts read a task's ``nl``, ``family`` and given ``domain`` and nothing else, so they work on a
 ``TrainingTask`` (which has no reference) and on a user's NL-only task. The demonstrations below
 were written by hand for these prompts; they are not taken from any task file or generator, and
 their instances are not ones the generators produce (other object names, other vocabularies).
 
 The answer format asked for: the domain ``(define (domain ...))`` then the problem
 ``(define (problem ...))``, plain or in ```pddl fences (``omtr.inference.extract`` reads both).
+
+The domain-given mode (a task whose record carries ``domain``): the prompts show that domain after
+the task's text (under :data:`GIVEN_MARK`) and ask for the problem alone; the demonstration shows
+its own domain as given and its problem as the answer; the Editor sees and repairs the problem
+only; the Judge sees the task, the given domain and the problem.
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ from omtr.inference.policy import Messages
 
 
 class TaskLike(Protocol):
-    """What a prompt reads from a task (``TrainingTask`` and ``Task`` both have it)."""
+    """What a prompt reads from a task (``TrainingTask`` and ``Task`` both have it; ``domain``,
+    the given domain, is read with ``getattr`` so that objects without it are full-mode tasks)."""
 
     nl: str
     family: str | None
+
+
+def given_domain(task) -> str | None:
+    """The task's given domain (PDDL text), or None in the full mode."""
+    return getattr(task, "domain", None) or None
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,22 @@ SYSTEM_EDITOR = (
     "cause, and answer with the complete corrected domain (define (domain ...)) and then the "
     "complete problem (define (problem ...)), nothing else."
 )
+
+SYSTEM_GIVEN = (
+    "You translate planning tasks written in English into PDDL for a classical planner. The domain "
+    "is given with the task; answer with the problem (define (problem ...)) for that domain, nothing "
+    "else. Use the given domain's name, predicates, types and constants; declare every object you use."
+)
+
+SYSTEM_EDITOR_GIVEN = (
+    "You repair a PDDL problem that a classical planner rejected; its domain is given and correct. "
+    "Read the planner's diagnostic, fix the cause, and answer with the complete corrected problem "
+    "(define (problem ...)) for the given domain, nothing else."
+)
+
+# How a prompt shows a given domain: after the task's text, under this line.
+GIVEN_MARK = "\n\nGiven domain:\n"
+_GIVEN_ASK = "\n\nWrite the problem (define (problem ...)) for this domain."
 
 SYSTEM_JUDGE = (
     "You judge whether PDDL written for a planning task will be accepted by a classical planner: "
@@ -239,9 +266,29 @@ def demo_for(family: str | None) -> Demo:
 MAX_SPEC_CHARS = 6000  # a degenerate previous answer is cut to this many characters in prompts
 
 
-def spec_text(domain: str | None, problem: str | None, raw: str = "") -> str:
-    """The spec as a prompt shows it: both blocks, or the raw answer when one could not be read."""
-    text = f"{domain}\n\n{problem}" if domain is not None and problem is not None else raw
+def with_domain(nl: str, domain: str) -> str:
+    """The Actor's user turn in the domain-given mode: the task, then the given domain."""
+    return f"{nl}{GIVEN_MARK}{domain.strip()}{_GIVEN_ASK}"
+
+
+def split_given(text: str) -> tuple[str, str | None]:
+    """``(nl, given domain)`` of a user turn written by :func:`with_domain` (domain None otherwise)."""
+    at = text.rfind(GIVEN_MARK)
+    if at < 0:
+        return text, None
+    rest = text[at + len(GIVEN_MARK):]
+    if rest.endswith(_GIVEN_ASK):
+        rest = rest[: -len(_GIVEN_ASK)]
+    return text[:at], rest
+
+
+def spec_text(domain: str | None, problem: str | None, raw: str = "", *, given: bool = False) -> str:
+    """The spec as a prompt shows it: both blocks (only the problem when the domain is given), or
+    the raw answer when it could not be read."""
+    if given:
+        text = problem if problem is not None else raw
+    else:
+        text = f"{domain}\n\n{problem}" if domain is not None and problem is not None else raw
     text = text.strip() or "(empty answer)"
     if len(text) > MAX_SPEC_CHARS:
         text = text[:MAX_SPEC_CHARS] + "\n... (cut)"
@@ -249,8 +296,17 @@ def spec_text(domain: str | None, problem: str | None, raw: str = "") -> str:
 
 
 def actor_messages(task: TaskLike) -> Messages:
-    """Task -> spec, one-shot with the family's demonstration."""
+    """Task -> spec, one-shot with the family's demonstration (with a given domain: task + domain
+    -> problem, the demonstration's domain shown as given and its problem as the answer)."""
     demo = demo_for(task.family)
+    domain = given_domain(task)
+    if domain is not None:
+        return [
+            {"role": "system", "content": SYSTEM_GIVEN},
+            {"role": "user", "content": with_domain(demo.nl, demo.domain)},
+            {"role": "assistant", "content": demo.problem},
+            {"role": "user", "content": with_domain(task.nl, domain)},
+        ]
     return [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": demo.nl},
@@ -260,7 +316,15 @@ def actor_messages(task: TaskLike) -> Messages:
 
 
 def judge_messages(task: TaskLike, spec: str) -> Messages:
-    """Task + spec -> the Judge's score (read by a scalar head; nothing is generated)."""
+    """Task + spec -> the Judge's score (read by a scalar head; nothing is generated). With a given
+    domain the Judge reads the task, the domain and the problem (``spec``)."""
+    domain = given_domain(task)
+    if domain is not None:
+        return [
+            {"role": "system", "content": SYSTEM_JUDGE},
+            {"role": "user", "content": f"Task:\n{task.nl}{GIVEN_MARK}{domain.strip()}\n\nPDDL problem:\n{spec}\n\n"
+                                        "Will the planner accept this PDDL?"},
+        ]
     return [
         {"role": "system", "content": SYSTEM_JUDGE},
         {"role": "user", "content": f"Task:\n{task.nl}\n\nPDDL:\n{spec}\n\nWill the planner accept this PDDL?"},
@@ -268,8 +332,22 @@ def judge_messages(task: TaskLike, spec: str) -> Messages:
 
 
 def editor_messages(task: TaskLike, spec: str, category: str | None, diagnostic: str) -> Messages:
-    """Task + the latest spec + the latest diagnostic -> a repaired spec."""
+    """Task + the latest spec + the latest diagnostic -> a repaired spec (with a given domain: the
+    task, the domain, the latest problem and diagnostic -> a repaired problem)."""
     kind = f" ({category})" if category else ""
+    domain = given_domain(task)
+    if domain is not None:
+        return [
+            {"role": "system", "content": SYSTEM_EDITOR_GIVEN},
+            {
+                "role": "user",
+                "content": (
+                    f"Task:\n{task.nl}{GIVEN_MARK}{domain.strip()}\n\nProblem written for it:\n{spec}\n\n"
+                    f"The planner rejected it{kind}: {diagnostic}\n\n"
+                    "Write the corrected problem in full."
+                ),
+            },
+        ]
     return [
         {"role": "system", "content": SYSTEM_EDITOR},
         {

@@ -34,6 +34,7 @@ class ScriptedPolicy:
         self.scores = dict(scores or {})
         self.default_score = default_score
         self.calls: list[tuple[str, list[Messages]]] = []  # every generate/judge call, for tests
+        self.domains: list[list[str | None] | None] = []  # the given domains of each generate call
         self._edits: dict[str, int] = defaultdict(int)
         self._by_length = sorted(self.scripts, key=len, reverse=True)
 
@@ -80,8 +81,10 @@ class ScriptedPolicy:
         return next((nl for nl in self._by_length if nl in last), None)
 
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
-                 stop_when: Callable[[str], bool] | None = None) -> list[Generation]:
+                 stop_when: Callable[[str], bool] | None = None,
+                 domains: Sequence[str | None] | None = None) -> list[Generation]:
         self.calls.append((role, list(prompts)))
+        self.domains.append(list(domains) if domains is not None else None)
         out = []
         for prompt in prompts:
             key = self._task_of(prompt)

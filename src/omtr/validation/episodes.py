@@ -11,7 +11,8 @@ it only after :func:`validate_episode_log` passed. A log has exactly the columns
   ``solver_success`` and ``category`` are that spec's verdict, the Judge's label.
 
 The suite checks: the columns and their types; no nulls outside ``category``, ``judge_score``,
-``reward`` and ``advantage``; the value sets of ``role`` and ``category``; ranges (``judge_score``
+``reward`` and ``advantage``; the value sets of ``role``, ``mode`` (``full`` or ``domain-given``:
+whether the model wrote the domain too or was given it) and ``category``; ranges (``judge_score``
 in [0, 1], ``step`` in [0, 5], counts and times not negative); (episode, role, step) unique within
 a (run, cycle); ``solver_success`` exactly when ``category`` is null; and steps without gaps: the
 steps of each (run, cycle, episode, role) are consecutive from the role's first step (0 for the
@@ -48,6 +49,7 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
     "episode": "int64",        # episode number within the cycle, from 0
     "task_id": "str",
     "family": "str",           # task family; "" when the task has none
+    "mode": "str",             # full (the model wrote domain and problem) | domain-given (the problem only)
     "role": "str",             # actor | editor | judge
     "step": "int64",           # index of the spec in the episode: 0 the Actor's, 1..5 repairs
     "spec_hash": "str",        # hash of the normalised spec; "" when no spec could be extracted
@@ -62,6 +64,7 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
 })
 NULLABLE = frozenset({"category", "judge_score", "reward", "advantage"})
 ROLES = ("actor", "editor", "judge")
+MODES = ("full", "domain-given")  # omtr.tasks.records.MODES (kept here: the suite reads no task code)
 FIRST_STEP = MappingProxyType({"actor": 0, "editor": 1, "judge": 0})
 CATEGORIES = tuple(c.value for c in Category)
 KEY_COLUMNS = ("run", "cycle", "episode", "role", "step")
@@ -167,7 +170,7 @@ def rows_from_traces(traces: Iterable, run: str, cycle: int, *, first_episode: i
     for n, trace in enumerate(traces):
         ep = trace.to_json() if hasattr(trace, "to_json") else trace
         base = {"run": str(run), "cycle": int(cycle), "episode": first_episode + n,
-                "task_id": str(ep["id"]), "family": ep.get("family") or ""}
+                "task_id": str(ep["id"]), "family": ep.get("family") or "", "mode": ep.get("mode") or "full"}
         for s in ep.get("steps", []):
             verdict = s.get("verdict") or {}
             success = bool(verdict.get("success"))
@@ -317,6 +320,8 @@ def _expectations(max_step: int) -> list:
     ex += [
         gxe.ExpectColumnValuesToBeInSet(column="role", value_set=list(ROLES),
                                         meta=meta(f"role is one of {', '.join(ROLES)}", "role")),
+        gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=list(MODES),
+                                        meta=meta(f"mode is one of {', '.join(MODES)}", "mode")),
         gxe.ExpectColumnValuesToBeInSet(column="category", value_set=list(CATEGORIES),
                                         meta=meta("category is one of the six categories (or null)", "category")),
         gxe.ExpectColumnValuesToBeBetween(column="judge_score", min_value=0.0, max_value=1.0,
