@@ -19,11 +19,18 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \\
       --solver-url http://omtr-solver.omtr:8600                                  # verify on the solver fleet
   omtr evaluate compare eval/model eval/cot eval/tot eval/llmp eval/sr --out eval/compare
+  omtr tasks import-planbench --family blocksworld --given-domain --out pb_given.jsonl
+  omtr evaluate --policy model --model runs/model --tasks pb_given.jsonl --out eval/given   # problems only
+  omtr evaluate --policy llm+p --backend hf:small --tasks pb_given.jsonl --out eval/llmp-given  # LLM+P as Liu et al.
+  omtr evaluate --policy model --model small --tasks bw.jsonl --decoding plain --out eval/plain
 
 Policies: model (--model DIR|small|micro|paper), oracle, mutant:<kind> (a mutator of
 omtr.faithfulness.mutators), file:PATH ({"id", "domain", "problem"} per attempt, in order), and the
 baselines cot, tot, llm+p, self-refine (Self-Refine+Solver) on --backend: hf:small (SmolLM2),
 hf:micro, hf:DIR, or openai:URL (any OpenAI-compatible chat endpoint; key from --llm-key-env).
+Tasks whose records carry "domain" (omtr tasks generate|import-planbench --given-domain) are
+evaluated in the domain-given mode: every policy, baselines included, writes only the problem, the
+planner verifies it with the given domain, and the checker compares it with the reference problem.
 --out gets traces.jsonl, episodes.parquet, metrics.json (top-level success, faithful, drift as
 fractions and calls, then per-family blocks), figures/*.png and report.html.
 """
@@ -55,6 +62,9 @@ def register(sub) -> None:
     p.add_argument("--llm-retries", type=int, default=4, metavar="N", help="retries on 429/5xx/time-outs (openai:)")
     p.add_argument("--grammar", default="none", choices=("none", "vllm", "vllm-legacy", "llamacpp"),
                    help="send omtr's PDDL grammar to the server (openai:) where it supports it")
+    p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
+                   help="the model policy's decoding constraint: scoped, plain (grammar alone) or off; "
+                        "default: the model's (scoped)")
     p.add_argument("--budget", type=int, default=None, metavar="K", help="planner calls per task (default 6)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
@@ -137,7 +147,7 @@ def run(args) -> int:
     t = time.perf_counter()
     try:
         policy = make_policy(args.policy, tasks=tasks, model=args.model, backend=args.backend, budget=budget,
-                             seed=args.seed, device=args.device,
+                             seed=args.seed, device=args.device, decoding=args.decoding,
                              backend_options={k: v for k, v in backend_options.items() if v is not None})
     except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:
         raise CliError(str(exc)) from None
@@ -187,7 +197,8 @@ def _print(m: dict, out: str) -> None:
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    print(f"policy: {m['policy']}  tasks: {m['tasks']}  budget: {m['budget']}")
+    modes = ", ".join(f"{k} {v}" for k, v in (m.get("modes") or {}).items())
+    print(f"policy: {m['policy']}  tasks: {m['tasks']}  budget: {m['budget']}" + (f"  mode: {modes}" if modes else ""))
     print(f"success: {pct(m['success'])}  faithful: {pct(m['faithful'])}  drift: {pct(m['drift'])}  "
           f"calls: {m['calls'] if m['calls'] is not None else '-'}")
     for f, b in (m.get("families") or {}).items():
@@ -236,7 +247,8 @@ def _track(args, metrics: dict) -> None:
         flat[f"csr.h{c['h']}"] = c["value"] or 0.0
     with start_run(args.experiment, f"evaluate-{args.policy}"):
         mlflow.log_params({"policy": args.policy, "tasks": args.tasks, "budget": metrics["budget"],
-                           "model": args.model or "", "backend": args.backend})
+                           "model": args.model or "", "backend": args.backend, "decoding": args.decoding or "",
+                           "modes": ",".join(sorted(metrics.get("modes") or {}))})
         mlflow.log_metrics(flat)
         mlflow.log_artifacts(args.out)
 

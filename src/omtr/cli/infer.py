@@ -12,11 +12,17 @@ EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jso
   omtr infer --model runs/model --tasks bw.jsonl --budget 6 --batch-size 8 --workers 2 --out traces.jsonl
   omtr infer --model small --tasks bw.jsonl --out traces.jsonl --resume     # continue a stopped run
   omtr infer --model scripted:answers.jsonl --tasks my_tasks.jsonl --out traces.jsonl
+  omtr tasks generate --family gripper --n 8 --given-domain --out g.jsonl
+  omtr infer --model small --tasks g.jsonl --out traces.jsonl        # domain given: the model writes problems
+  omtr infer --model small --tasks bw.jsonl --decoding plain --out traces.jsonl   # the grammar without scope rules
 
 --model is a model directory (omtr model init), a profile (small, micro, paper), or
 scripted:ANSWERS.jsonl, which replays fixed answers: one {"id": ..., "texts": ["<Actor's answer>",
 "<first repair>", ...]} line per task. Task files need only "id" and "nl" per line; reference PDDL,
-if present, is dropped while reading. Each finished episode is appended to --out as one JSON line
+if present, is dropped while reading. A record with "domain" (PDDL text; omtr tasks generate
+--given-domain writes one) runs in the domain-given mode: the prompts show that domain, the model
+writes only the problem, and the planner verifies the given domain with it; a given domain that
+does not lint stops the run before any model is loaded, naming the task. Each finished episode is appended to --out as one JSON line
 (id, success, planner_calls, final domain/problem/plan, and every step's text, spec, verdict, Judge
 score, token counts and times). A summary (solved, calls per task, categories) goes to stdout.
 """
@@ -45,6 +51,9 @@ def register(sub) -> None:
                    help="token limit per answer (default 768)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--no-judge", action="store_true", help="skip the Judge's scores")
+    p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
+                   help="decoding constraint: scoped (the grammar plus scope rules), plain (the grammar alone) "
+                        "or off (free text); default: the model's (scoped)")
     p.add_argument("--device", default=None, help="torch device for the model (default: the profile's)")
     p.add_argument("--workers", type=int, default=1, help="solver worker processes (default 1)")
     p.add_argument("--time-limit", type=float, metavar="S", help="planner CPU limit in seconds (default 60)")
@@ -93,6 +102,8 @@ def run(args) -> int:
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     options = {"device": args.device} if args.device else {}
+    if args.decoding:
+        options["decoding"] = args.decoding
     try:
         policy = load_policy(args.model, tasks=tasks, **options)
     except PolicyLoadError as exc:
@@ -124,6 +135,8 @@ def _print_summary(s: dict, out: str) -> None:
     pct = f"{100 * s['solve_rate']:.1f}%" if n else "-"
     print(f"tasks: {n}  solved: {s['solved']} ({pct})  by the Actor: {s['actor_solved']}  "
           f"after repair: {s['repaired']}")
+    if s.get("modes"):
+        print("mode: " + ", ".join(f"{k} {v}" for k, v in s["modes"].items()))
     print(f"planner calls: {s['planner_calls']}  per task: {s['calls_per_task']}  "
           f"per solved task: {s['calls_per_solved_task'] if s['calls_per_solved_task'] is not None else '-'}")
     for key, label in (("first_categories", "Actor's specs"), ("final_categories", "final specs")):

@@ -8,7 +8,9 @@
       figures/*.png      CSR curve, diagnostic heatmap, solvability vs faithful bars, Judge violins
       report.html        the tables and figures in one self-contained file
 
-Planning tasks go through the episode loop (``omtr.inference.episode.run_episodes``) — harness
+Tasks with a given domain (the domain-given mode) run through the same loop, each policy writing
+only the problem; the checker then compares (given domain, problem) with the reference, so with
+the reference's domain given it compares the problems. Planning tasks go through the episode loop (``omtr.inference.episode.run_episodes``) — harness
 policies too, so the oracle proves the whole path: extraction, planner, VAL, checker. A finished
 episode's final spec is checked against the task's reference right away (on the loop's thread,
 while the solver workers plan the next batch) and its line is appended and flushed, so a killed
@@ -218,6 +220,11 @@ def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name
     metrics = compute_metrics(records, bootstrap=cfg.bootstrap, seed=cfg.seed, budget=cfg.budget, policy=policy_name)
     timing["metrics_s"] = time.perf_counter() - t
     metrics["resumed"] = resumed
+    modes: dict[str, int] = {}
+    for r in records:
+        if r.get("kind", "planning") == "planning":
+            modes[r.get("mode") or "full"] = modes.get(r.get("mode") or "full", 0) + 1
+    metrics["modes"] = dict(sorted(modes.items()))  # full | domain-given: who wrote the domain
     metrics["excluded"] = {"count": len(excluded or {}), "ids": sorted(excluded or {})[:50]}
     timing.update(solver_stages(records))
     if cfg.validate_log:

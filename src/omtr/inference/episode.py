@@ -301,6 +301,13 @@ class _Runner:
             self.ready.append(i)
 
 
+def _count(xs) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def summarize(episodes: Sequence[Episode]) -> dict:
     """Solved counts, calls per task and the categories of first and final verdicts."""
     n = len(episodes)
@@ -327,6 +334,7 @@ def summarize(episodes: Sequence[Episode]) -> dict:
         "planner_calls": sum(calls),
         "calls_per_task": round(sum(calls) / n, 3) if n else 0.0,
         "calls_per_solved_task": round(sum(e.planner_calls for e in episodes if e.success) / solved, 3) if solved else None,
+        "modes": _count(e.mode for e in episodes),
         "first_categories": cats(0),
         "final_categories": cats(-1),
         "mean_judge_score": round(sum(scores) / len(scores), 4) if scores else None,

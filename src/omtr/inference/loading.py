@@ -5,6 +5,9 @@
   handed to the role model's loader (``omtr.model.load_policy(spec, **options)`` when it exists,
   else ``omtr.model.load_model``), imported only here so that the loop and the command line start
   without torch.
+
+``decoding`` (``scoped``, ``plain`` or ``off``; ``omtr infer|evaluate --decoding``) sets the role
+model's decoding constraint for this run (``ModelConfig.decoding``); a scripted policy has none.
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
+from omtr.config import DECODING_CONSTRAINTS
 from omtr.inference.policy import Policy
 from omtr.inference.scripted import PolicyLoadError, ScriptedPolicy
 
 SCRIPTED = "scripted:"
 
 
-def load_policy(spec: str, *, tasks: Iterable | None = None, **options) -> Policy:
+def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | None = None, **options) -> Policy:
     """The policy named by ``spec``. ``tasks`` is needed by ``scripted:`` (answers are keyed by id);
-    ``options`` (e.g. ``device``) go to the role model's loader."""
+    ``decoding`` overrides the role model's decoding constraint; ``options`` (e.g. ``device``) go
+    to the role model's loader."""
+    if decoding is not None and decoding not in DECODING_CONSTRAINTS:
+        raise PolicyLoadError(f"decoding {decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
     if not spec or not spec.strip():
         raise PolicyLoadError("--model is empty; give a model directory, a profile (small, micro, paper) "
                               "or scripted:ANSWERS.jsonl")
@@ -44,6 +51,11 @@ def load_policy(spec: str, *, tasks: Iterable | None = None, **options) -> Polic
         raise PolicyLoadError(f"cannot load model {spec!r}: omtr.model offers neither load_policy nor load_model")
     errors = (FileNotFoundError, ValueError, *(c for c in (getattr(model, "BackboneError", None),) if c))
     try:
-        return loader(spec, **options)
+        policy = loader(spec, **options)
     except errors as exc:
         raise PolicyLoadError(f"cannot load model {spec!r}: {exc}") from None
+    if decoding is not None and hasattr(getattr(policy, "cfg", None), "replace"):
+        policy.cfg = policy.cfg.replace(decoding=decoding)
+        if decoding == "off":
+            policy.cfg = policy.cfg.replace(grammar=False)
+    return policy

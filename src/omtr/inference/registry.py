@@ -67,7 +67,8 @@ def _model(arg, *, model, options, **_):
     spec = arg or model
     if not spec:
         raise UnknownPolicy("policy 'model' needs --model DIR (or a profile: small, micro, paper)")
-    policy = load_policy(spec, **({"device": options["device"]} if options.get("device") else {}))
+    kw = {k: options[k] for k in ("device", "decoding") if options.get(k)}
+    policy = load_policy(spec, **kw)
     return policy
 
 

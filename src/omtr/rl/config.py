@@ -45,6 +45,9 @@ class TrainConfig:
     max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
     rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
+    decoding: str | None = _f(None, "Decoding constraint of rollouts: scoped, plain or off (None: the model's; "
+                                    "see ModelConfig.decoding). When set it decides over `grammar` (scoped/plain "
+                                    "turn the grammar on). Saved with the trained model.")
     grammar_limits: dict | None = _f(None, "Bounds of the grammar's repetitions, e.g. {\"actions\": 4} (None: the model's; "
                                            "see ModelConfig.grammar_limits). Saved with the trained model.")
 
@@ -105,6 +108,12 @@ class TrainConfig:
         from omtr.rl.advantages import ADVANTAGE_ESTIMATORS
         from omtr.rl.rewards import OUTCOME_SCORES
 
+        if self.decoding is not None:
+            from omtr.config import DECODING_CONSTRAINTS
+
+            if self.decoding not in DECODING_CONSTRAINTS:
+                raise ConfigError(f"decoding {self.decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)} "
+                                  "(e.g. --set decoding=plain)")
         if self.grammar_limits is not None:
             from omtr.config import ModelConfig
 

@@ -83,8 +83,10 @@ class RoleRouter:
     def __init__(self, models: dict):
         self.models = models
 
-    def generate(self, role, prompts, sampling, *, stop_when=None):
-        return self.models[role].generate(role, prompts, sampling, stop_when=stop_when)
+    def generate(self, role, prompts, sampling, *, stop_when=None, domains=None):
+        if domains is None:
+            return self.models[role].generate(role, prompts, sampling, stop_when=stop_when)
+        return self.models[role].generate(role, prompts, sampling, stop_when=stop_when, domains=domains)
 
     def judge(self, prompts):
         return self.models["judge"].judge(prompts)
@@ -112,6 +114,9 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["train_backbone"] = not cfg.frozen_backbone
         if cfg.grammar is not None:
             changes["grammar"] = cfg.grammar
+        if cfg.decoding is not None:  # when set, it decides: scoped/plain turn the grammar on, off turns it off
+            changes["decoding"] = cfg.decoding
+            changes["grammar"] = cfg.decoding != "off"
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
@@ -151,6 +156,7 @@ class StepItem:
     ret: float | None = None
     value: float | None = None
     ref_logprobs: list[float] | None = None
+    domain: str | None = None  # the task's given domain (domain-given mode): the masks replay with it
     feature: torch.Tensor | None = field(default=None, repr=False)
 
 
@@ -346,6 +352,7 @@ class Trainer:
             prev = None
             T = len(ep.steps) - 1
             r_e = editor_reward(score_of[(n, T)], T, cfg.editor_step_penalty) if T > 0 else None
+            given = ep.mode == "domain-given"
             for s in ep.steps:
                 if s.role == "actor":
                     prompt = P.actor_messages(ep.task)
@@ -353,14 +360,16 @@ class Trainer:
                                           cfg.judge_reward_weight)
                     if cfg.use_judge and not s.verdict.limited:
                         judge_items.append(JudgeItem(
-                            P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text)), s.verdict.success))
+                            P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)),
+                            s.verdict.success))
                 else:
-                    spec = P.spec_text(prev.domain, prev.problem, prev.text)
+                    spec = P.spec_text(prev.domain, prev.problem, prev.text, given=given)
                     cat = prev.verdict.category.value if prev.verdict.category else None
                     prompt = P.editor_messages(ep.task, spec, cat, prev.verdict.message)
                     reward = None if r_e is None else (r_e if s.index == T else 0.0)
                 items.append(StepItem(ep=first + n, group=group, role=s.role, step=s.index, prompt=prompt,
                                       tokens=list(s.token_ids), old_logprobs=list(s.logprobs),
+                                      domain=ep.task.domain,
                                       outcome=outcome(s.verdict), limited=s.verdict.limited,
                                       judge_score=s.judge_score, reward=reward))
                 prev = s
@@ -381,7 +390,7 @@ class Trainer:
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
                 with _capture_hidden(model) as cap, model.reference():
                     ref, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
-                                                     temperature=self.cfg.temperature)
+                                                     temperature=self.cfg.temperature, **_domains(chunk))
                 hidden = cap["hidden"]
                 for b, it in enumerate(chunk):
                     n = len(it.tokens)
@@ -537,7 +546,7 @@ class Trainer:
         cfg = self.cfg
         model = self.models[role]
         logp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
-                                          temperature=cfg.temperature)
+                                          temperature=cfg.temperature, **_domains(chunk))
         old = _pad([it.old_logprobs for it in chunk], logp.shape[1], logp)
         adv = torch.tensor([it.advantage for it in chunk], dtype=logp.dtype, device=logp.device)
         pg, clip_frac = L.ppo_clip_loss(logp, old, adv, mask, cfg.ppo_clip)
@@ -878,6 +887,14 @@ def _capture_hidden(model):
     finally:
         for h in hooks:
             h.remove()
+
+
+def _domains(chunk: list[StepItem]) -> dict:
+    """``domains=`` for token log-probs when a step of the chunk had a given domain: the masks
+    (problem-only grammar, scoped to the domain) replay as they were sampled."""
+    if all(it.domain is None for it in chunk):
+        return {}
+    return {"domains": [it.domain for it in chunk]}
 
 
 def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tensor:
