@@ -310,6 +310,12 @@ class ModelConfig:
         default=True,
         metadata={"help": "Constrain Actor/Editor output to omtr's PDDL grammar (xgrammar)."},
     )
+    decoding: str = field(
+        default="scoped",
+        metadata={"help": "The decoding constraint when the grammar is on: scoped (the PDDL grammar plus scope "
+                          "rules: only declared predicates, with their arity, parameters, objects and types; "
+                          "nothing declared twice), plain (the grammar alone) or off (free text; same as grammar=False)."},
+    )
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "
@@ -332,15 +338,28 @@ class ModelConfig:
             raise ConfigError("lora_targets is empty; name modules such as q_proj, v_proj")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError("lora_dropout must be in [0, 1)")
+        if self.decoding not in DECODING_CONSTRAINTS:
+            raise ConfigError(f"decoding {self.decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
+        if self.decoding == "off" and self.grammar:
+            object.__setattr__(self, "grammar", False)
         bad = [k for k, v in dict(self.grammar_limits).items()
                if k not in GRAMMAR_LIMIT_NAMES or not isinstance(v, int) or isinstance(v, bool) or v < 1]
         if bad:
             raise ConfigError(f"grammar_limits: {', '.join(map(repr, bad))} not a known bound with a positive integer; "
                               f"known bounds: {', '.join(GRAMMAR_LIMIT_NAMES)}")
 
+    @property
+    def constraint(self) -> str:
+        """The decoding constraint in effect: scoped, plain or off."""
+        return self.decoding if self.grammar else "off"
+
     def replace(self, **changes) -> "ModelConfig":
-        """A copy with some fields changed; ``None`` values are ignored (unset CLI flags)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with some fields changed; ``None`` values are ignored (unset CLI flags).
+        Setting ``decoding`` to scoped or plain turns the grammar on."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if changes.get("decoding") in ("scoped", "plain") and "grammar" not in changes:
+            changes["grammar"] = True
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -355,6 +374,8 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
+
+DECODING_CONSTRAINTS = ("scoped", "plain", "off")
 
 # The bounds of omtr.model.grammar.GrammarLimits (kept here so that configs validate without torch).
 GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args", "actions", "parameters",

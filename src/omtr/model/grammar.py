@@ -214,38 +214,61 @@ class PddlGrammar:
         xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), vocab_size=self.vocab_size)
 
 
-class ScopedVocab:
-    """The tokenizer's pieces, indexed for the scope filter: which tokens are all name
-    characters, which start one, and the token ids of each piece."""
+class _Index:
+    """Texts (token pieces, or what is left of them after some characters) indexed for the scope
+    filter: which are all name characters, which start a name, the entries of each all-name text,
+    and the entries that go on past a word (by that word)."""
 
-    def __init__(self, tokenizer, vocab_size: int):
+    def __init__(self, texts: list[str]):
         import numpy as np
 
         from omtr.model.scope import WORD_CHARS
 
+        self.texts = texts
+        n = len(texts)
+        lead = np.zeros(n, dtype=np.int32)
+        first_name = np.zeros(n, dtype=bool)
+        self.pure_ids: dict[str, list[int]] = {}
+        self.heads: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            k = 0
+            while k < len(t) and t[k] in WORD_CHARS:
+                k += 1
+            lead[i] = k
+            if t and k == len(t):
+                self.pure_ids.setdefault(t, []).append(i)
+                first_name[i] = t[0].isalpha() or t[0] == "?"
+            elif k:
+                self.heads.setdefault(t[:k], []).append(i)
+        lens = np.array([len(t) for t in texts], dtype=np.int32)
+        self.empty = lens == 0
+        self.pure = (lead == lens) & (lens > 0)
+        self.pure_name_start = self.pure & first_name
+        self.lead0 = (lead == 0) & (lens > 0)
+        self.wordish = lead > 0  # starts with a name character
+        self.has_empty = bool((lens == 0).any())
+        self.first = np.array([min(ord(t[0]), 255) if t else 0 for t in texts], dtype=np.int32)
+        self._children: dict[int, tuple] = {}
+
+    def child(self, c: int):
+        """(positions, index of the rests) of the entries that start with the non-name character ``c``."""
+        got = self._children.get(c)
+        if got is None:
+            import numpy as np
+
+            pos = np.flatnonzero(self.lead0 & (self.first == c))
+            got = self._children[c] = (pos, _Index([self.texts[i][1:] for i in pos]))
+        return got
+
+
+class ScopedVocab:
+    """The tokenizer's pieces, indexed for the scope filter (see :func:`scoped_tokens`)."""
+
+    def __init__(self, tokenizer, vocab_size: int):
         t0 = time.perf_counter()
         self.pieces = [tokenizer.decode([i]) if i < len(tokenizer) else "" for i in range(vocab_size)]
         self.size = vocab_size
-        lead = np.zeros(vocab_size, dtype=np.int32)
-        first_name = np.zeros(vocab_size, dtype=bool)
-        self.pure_ids: dict[str, list[int]] = {}
-        for i, piece in enumerate(self.pieces):
-            n = 0
-            while n < len(piece) and piece[n] in WORD_CHARS:
-                n += 1
-            lead[i] = n
-            if piece and n == len(piece):
-                self.pure_ids.setdefault(piece, []).append(i)
-                first_name[i] = piece[0].isalpha() or piece[0] == "?"
-        lens = np.array([len(p) for p in self.pieces], dtype=np.int32)
-        self.pure = (lead == lens) & (lens > 0)
-        self.pure_name_start = self.pure & first_name
-        self.heads: dict[str, list[int]] = {}  # word part -> ids of tokens that go on past it
-        for i, piece in enumerate(self.pieces):
-            if 0 < lead[i] < len(piece):
-                self.heads.setdefault(piece[:lead[i]], []).append(i)
-        self.lead0 = lead == 0
-        self.first = np.array([ord(p[0]) if p else 0 for p in self.pieces], dtype=np.int32)
+        self.root = _Index(self.pieces)
         log.info("scope vocabulary indexed in %.2f s", time.perf_counter() - t0)
 
 
@@ -350,16 +373,29 @@ class GrammarState:
 
 def scoped_tokens(tracker, voc: ScopedVocab, allowed):
     """The tokens of ``allowed`` (a bool array over the vocabulary) that keep the answer in scope."""
+    return _admit(tracker, voc.root, allowed)
+
+
+def _admit(tracker, idx: _Index, allowed):
+    """``allowed`` restricted to the entries of ``idx`` whose text the tracker admits.
+
+    Entries that begin with a space, a parenthesis or a line break are grouped by that first
+    character: the tracker reads it once and the rests are decided the same way, one level down.
+    Inside a word the admitted entries come from the allowed names (a finite set) or, for a new
+    name, from the all-name entries at once; only entries that end a word and go on are
+    simulated one by one."""
     import numpy as np
 
-    keep = np.zeros(voc.size, dtype=bool)
-    pieces = voc.pieces
+    keep = allowed & idx.empty if idx.has_empty else np.zeros(len(idx.texts), dtype=bool)
+    texts = idx.texts
     sim: list[int] = []
+    rest = allowed & idx.lead0
     if tracker.word_due():
         p = tracker.word
         closed, _ = tracker.word_constraint()
         if closed is not None:
             ends_here = False
+            words = np.zeros(len(texts), dtype=bool)
             for s in closed:
                 if not s.startswith(p):
                     continue
@@ -368,26 +404,47 @@ def scoped_tokens(tracker, voc: ScopedVocab, allowed):
                     ends_here = True
                     continue
                 for k in range(1, len(r) + 1):
-                    for i in voc.pure_ids.get(r[:k], ()):
-                        keep[i] = True
-                sim.extend(voc.heads.get(r, ()))
-            keep &= allowed
-            if ends_here:
-                sim.extend(np.flatnonzero(allowed & voc.lead0).tolist())
+                    for i in idx.pure_ids.get(r[:k], ()):
+                        words[i] = True
+                sim.extend(idx.heads.get(r, ()))
+            keep |= words & allowed
+            if not ends_here:
+                rest = rest & False
         else:
-            free = allowed & (voc.pure if p else voc.pure_name_start)
+            free = allowed & (idx.pure if p else idx.pure_name_start)
             if not p:  # a new word: its first character may already be refused (a full list)
-                for c in np.unique(voc.first[free]).tolist():
+                for c in _chars(idx.first[free]):
                     if not tracker.admits(chr(c)):
-                        free &= voc.first != c
+                        free &= idx.first != c
             keep |= free
-            sim.extend(np.flatnonzero(allowed & ~free).tolist())
+            sim.extend(np.flatnonzero(allowed & idx.wordish & ~free).tolist())
     else:
-        sim.extend(np.flatnonzero(allowed).tolist())
+        sim.extend(np.flatnonzero(allowed & idx.wordish).tolist())
     for i in sim:
-        if allowed[i] and not keep[i] and tracker.admits(pieces[i]):
+        if allowed[i] and not keep[i] and tracker.admits(texts[i]):
             keep[i] = True
+    if rest.any():
+        for c in _chars(idx.first[rest]):
+            t2 = tracker.clone()
+            try:
+                t2.feed(chr(c))
+            except _reject():
+                continue
+            pos, sub = idx.child(c)
+            keep[pos] = _admit(t2, sub, allowed[pos])
     return keep
+
+
+def _chars(codes) -> list[int]:
+    import numpy as np
+
+    return np.flatnonzero(np.bincount(codes, minlength=256)).tolist()
+
+
+def _reject():
+    from omtr.model.scope import Reject
+
+    return Reject
 
 
 def _bit(i: int) -> int:

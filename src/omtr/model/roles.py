@@ -302,16 +302,19 @@ class RoleModel(nn.Module):
     # ------------------------------------------------------------------ log-probs for PPO
 
     def token_logprobs(self, role: str, prompts: Sequence[Messages], completions: Sequence[Sequence[int]], *,
-                       temperature: float = 1.0, grammar: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       temperature: float = 1.0, grammar: bool | None = None, constraint: str | None = None,
+                       domains: Sequence[str | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of given completion tokens under ``role``, with gradients.
 
         Returns ``(logprobs, mask)``, both [B, L] with L the longest completion; row b holds its
         tokens from position 0, ``mask`` marks them. Pass the temperature the tokens were sampled
-        at (1.0 for greedy): the values then equal :attr:`Generation.logprobs`. With the grammar on
-        (default: the config's), the grammar's masks are rebuilt over the tokens, so these are
-        log-probabilities of the constrained distribution."""
+        at (1.0 for greedy): the values then equal :attr:`Generation.logprobs`. With a decoding
+        constraint on (default: the config's; ``grammar``/``constraint`` as in :meth:`generate`),
+        its masks are rebuilt over the tokens, scope rules and given ``domains`` included, so these
+        are log-probabilities of the constrained distribution that was sampled."""
         ri = self.use_role(role)
-        use_grammar = self.cfg.grammar if grammar is None else grammar
+        mode = self._constraint(grammar, constraint)
+        use_grammar = mode != "off"
         prompt_ids = self.encode_prompts(prompts)
         comps = [list(map(int, c)) for c in completions]
         if len(comps) != len(prompt_ids):
@@ -336,18 +339,19 @@ class RoleModel(nn.Module):
             targets[b, :len(c)] = torch.tensor(c, dtype=torch.long)
             mask[b, :len(c)] = True
         if use_grammar:
-            padded = self._grammar_replay(padded, comps)
+            padded = self._grammar_replay(padded, comps, mode, self._given(domains, len(comps)))
         logp = torch.log_softmax(padded, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return logp.masked_fill(~mask, 0.0), mask
 
-    def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]]) -> torch.Tensor:
+    def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]], mode: str = "plain",
+                        given: list | None = None) -> torch.Tensor:
         g = self.grammar
         B, L, V = logits.shape
         bitmask = g.allocate_bitmask(B * L)
         bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
         pieces = self.pieces
         for b, c in enumerate(comps):
-            st = g.state()
+            st = g.state(scoped=mode == "scoped", given=given[b] if given else None)
             for j, tok in enumerate(c):
                 st.fill(bitmask, b * L + j)
                 if not st.accept(tok, pieces[tok] if tok < len(pieces) else ""):
@@ -358,6 +362,29 @@ class RoleModel(nn.Module):
         return flat.reshape(B, L, V)
 
     # ------------------------------------------------------------------ generation
+
+    def _constraint(self, grammar: bool | None, constraint: str | None) -> str:
+        from omtr.config import DECODING_CONSTRAINTS
+
+        if constraint is not None:
+            if constraint not in DECODING_CONSTRAINTS:
+                raise ValueError(f"constraint {constraint!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
+            return constraint
+        if grammar is None:
+            return self.cfg.constraint
+        if not grammar:
+            return "off"
+        return self.cfg.decoding if self.cfg.decoding != "off" else "plain"
+
+    def _given(self, domains, n: int):
+        """Declarations of each prompt's given domain (None where none is given)."""
+        if domains is None:
+            return None
+        if len(domains) != n:
+            raise ValueError(f"{n} prompts but {len(domains)} given domains")
+        from omtr.model.scope import given_declarations
+
+        return [given_declarations(d) if d else None for d in domains]
 
     @property
     def grammar(self):
@@ -388,21 +415,30 @@ class RoleModel(nn.Module):
 
     @torch.no_grad()
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
-                 stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None) -> list[Generation]:
+                 stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None,
+                 constraint: str | None = None, domains: Sequence[str | None] | None = None) -> list[Generation]:
         """One generation per prompt, batched (left padding, KV cache).
 
         A sequence stops at end-of-sequence, when ``stop_when(text)`` is true, or at
         ``sampling.max_new_tokens`` (finish_reason ``length``); finished sequences leave the batch.
         ``logprobs`` are of the decoding distribution: the grammar-masked logits (grammar on), at
         ``sampling.temperature`` when sampling and at temperature 1 when greedy, before nucleus
-        truncation (so :meth:`token_logprobs` recomputes them exactly)."""
+        truncation (so :meth:`token_logprobs` recomputes them exactly).
+
+        The decoding constraint is the config's (``decoding``: scoped, plain or off) unless
+        ``constraint`` names one; ``grammar=False`` turns it off, ``grammar=True`` turns the
+        config's on (plain when the config says off). ``domains[i]``, when given, is prompt i's
+        given domain (PDDL text): that answer is a problem alone, decoded under the problem grammar
+        and, when scoped, the given domain's predicates, types and constants. A given domain that
+        does not parse raises :class:`omtr.model.scope.GivenDomainError`."""
         if role not in GENERATING_ROLES:
             raise ValueError(f"generate takes role actor or editor, not {role!r}; the Judge scores with judge()")
         if not prompts:
             return []
         ri = self.use_role(role)
-        use_grammar = self.cfg.grammar if grammar is None else grammar
-        g = self.grammar if use_grammar else None
+        mode = self._constraint(grammar, constraint)
+        given = self._given(domains, len(prompts))
+        g = self.grammar if mode != "off" else None
         pieces = self.pieces
         eos = self.tokenizer.eos_token_id
         rng = torch.Generator(device="cpu")
@@ -423,7 +459,7 @@ class RoleModel(nn.Module):
         texts = [""] * B
         finish = [""] * B
         decode_ms = [0.0] * B
-        states = [g.state() for _ in range(B)] if g else None
+        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
         active = list(range(B))
         grammar_s = 0.0
         t1 = time.perf_counter()
@@ -487,7 +523,9 @@ class RoleModel(nn.Module):
                 token_ids=ids, logprobs=lps[i], prompt_tokens=len(seqs[i]),
                 finish_reason=finish[i] or "length",
                 timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
-                         "grammar_ms": 1000 * grammar_s, "batch": float(B)},
+                         "grammar_ms": 1000 * grammar_s, "batch": float(B),
+                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks)}
+                            if states and mode == "scoped" else {})},
             ))
         return gens
 

@@ -79,6 +79,29 @@ def declared_from_domain(text: str) -> Declared:
                     predicates=preds, constants=dict(dom.constants), actions=frozenset(dom.actions))
 
 
+class GivenDomainError(ValueError):
+    """A given domain (an input of the task) that cannot be read: the user's input error."""
+
+
+_GIVEN_CACHE: dict[str, Declared] = {}
+
+
+def given_declarations(text: str) -> Declared:
+    """:func:`declared_from_domain`, cached by text, with a clear error for a broken domain."""
+    got = _GIVEN_CACHE.get(text)
+    if got is None:
+        from omtr.spec.model import SpecError
+
+        try:
+            got = declared_from_domain(text)
+        except SpecError as exc:
+            raise GivenDomainError(f"the given domain does not parse: {exc}; fix the task's `domain` field") from None
+        if len(_GIVEN_CACHE) > 256:
+            _GIVEN_CACHE.clear()
+        _GIVEN_CACHE[text] = got
+    return got
+
+
 class _Types:
     """Subtype queries over a type table (``either:a:b`` types fit through any member)."""
 
@@ -330,6 +353,8 @@ class ScopeTracker:
         k = self.stack[-1].kind
         if self.last == "(":
             return k != PARAMS
+        if self.last == " " and k == ACTION:
+            return self.stack[-1].words == 0
         return self.last == " " and k in (TYPES, PDECL, PARAMS, OBJECTS, ATOM, EQ, REQ, HEADER)
 
     def _params_viable(self, f: _Frame, group_type: str | None = None, closing: bool = False,
