@@ -144,6 +144,21 @@ def test_serve_champion_answers_tasks_and_rejects_bad_requests(registered, tmp_p
         # still up and answering
         status, body = _post(base + "/invocations", {"inputs": [tasks[0]]})
         assert status == 200 and len(body["predictions"]) == 1
+        # the domain-given mode: the task comes with its domain, the model writes only the problem
+        from omtr.inference.prompts import DEMOS
+
+        domain = DEMOS["blocksworld"].domain
+        status, body = _post(base + "/invocations", {"inputs": [{"task": tasks[0], "domain": domain}]})
+        assert status == 200, body
+        (p,) = body["predictions"]
+        assert p["task"] == tasks[0] and p["domain"] == domain  # the given domain is the answer's
+        trace = json.loads(p["repair_trace"])
+        assert trace and all(s["domain"] == domain for s in trace)
+        assert all("(define (domain" not in s["problem"] for s in trace)
+        # a given domain that does not lint is the caller's error, named with its task
+        broken = domain.replace("(:predicates (clear ?b)", "(:predicates")
+        status, body = _post(base + "/invocations", {"inputs": [{"task": tasks[0], "domain": broken}]})
+        assert status == 400 and "task 0: its given domain does not lint" in body["message"], body
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -136,6 +136,27 @@ def test_training_path_cannot_reach_reference_pddl(tmp_path):
     assert projected.meta == {"n_objects": 3, "plan_length": 4}
 
 
+def test_training_path_cannot_reach_the_reference_problem_when_the_domain_is_given(tmp_path):
+    """The domain-given mode: the reference's domain is given as the task's input ``domain`` (so the
+    training view holds it, as it holds ``nl``), but the reference problem stays unreachable."""
+    domain = "(define (domain givenbw) (:predicates (p)) (:action a :parameters () :precondition (p) :effect (not (p))))"
+    tasks = [Task(f"g{i}", "blocksworld", "train", f"task {i}",
+                  ReferenceSpec(domain, f"(define (problem {PROBLEM_MARK}{i}) (:domain givenbw) (:init (p)) (:goal (not (p))))"),
+                  meta={"gold_plan": [f"({PLAN_MARK})"]}).with_given_domain() for i in range(4)]
+    assert all(t.domain == domain for t in tasks)
+    path = tmp_path / "given.jsonl"
+    write_tasks(path, tasks)
+    assert PROBLEM_MARK in path.read_text()
+    training = load_training_tasks(path) + [tasks[0].for_training()]
+    assert all(type(t) is TrainingTask and t.domain == domain for t in training)
+    blob = pickle.dumps(training)
+    for mark in (PROBLEM_MARK, PLAN_MARK, "(define (problem"):
+        assert mark.encode() not in blob
+    for obj in _reachable(training):
+        if isinstance(obj, str):
+            assert PROBLEM_MARK not in obj and PLAN_MARK not in obj
+
+
 def test_training_task_cannot_carry_a_reference():
     t = TrainingTask("x", None, None, "some text")
     assert "reference" not in {f.name for f in dataclasses.fields(TrainingTask)}

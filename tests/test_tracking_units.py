@@ -16,14 +16,23 @@ from omtr.tracking.pyfunc import ServingLimits, signature, tasks_from_input  # n
 LIM = ServingLimits(max_tasks=3, max_task_chars=20)
 
 
+D = "(define (domain d) (:predicates (p)))"
+
+
 @pytest.mark.parametrize("given, expected", [
-    ("stack a on b", [("stack a on b", None)]),
-    (["t1", "t2"], [("t1", None), ("t2", None)]),
-    (pd.DataFrame({"task": ["t1"], "family": ["gripper"]}), [("t1", "gripper")]),
-    (pd.DataFrame({0: ["t1", "t2"]}), [("t1", None), ("t2", None)]),
-    (pd.Series(["t1"]), [("t1", None)]),
-    (np.array(["t1", "t2"]), [("t1", None), ("t2", None)]),
-    ({"task": ["t1"]}, [("t1", None)]),
+    ("stack a on b", [("stack a on b", None, None)]),
+    (["t1", "t2"], [("t1", None, None), ("t2", None, None)]),
+    (pd.DataFrame({"task": ["t1"], "family": ["gripper"]}), [("t1", "gripper", None)]),
+    (pd.DataFrame({0: ["t1", "t2"]}), [("t1", None, None), ("t2", None, None)]),
+    (pd.Series(["t1"]), [("t1", None, None)]),
+    (np.array(["t1", "t2"]), [("t1", None, None), ("t2", None, None)]),
+    ({"task": ["t1"]}, [("t1", None, None)]),
+    # the domain-given mode: records with a domain, or a domain column
+    ([{"task": "t1", "domain": D}, {"task": "t2"}], [("t1", None, D), ("t2", None, None)]),
+    ([{"task": np.array("t1"), "domain": np.array(D)}], [("t1", None, D)]),  # as MLflow parses "inputs"
+    (np.array([np.array({"task": "t1", "domain": D}, dtype=object)], dtype=object), [("t1", None, D)]),
+    (pd.DataFrame({"task": ["t1", "t2"], "domain": [D, None]}), [("t1", None, D), ("t2", None, None)]),
+    ({"task": ["t1"], "domain": [D]}, [("t1", None, D)]),
 ])
 def test_accepted_inputs(given, expected):
     assert tasks_from_input(given, LIM) == expected
@@ -38,7 +47,9 @@ def test_accepted_inputs(given, expected):
     (["a", "b", "c", "d"], "too many tasks: 4 in one request, at most 3"),
     ([1], "task 0 is a number, not text"),
     (pd.DataFrame({0: [1.5]}), "a number, not text"),
-    ([{"nested": 1}], "task 0 is dict, not text"),
+    ([{"nested": 1}], "task 0 has keys ['nested']; send {'task': '...'}"),
+    ([{"task": "t1", "domain": 3}], "task 0: domain must be PDDL text"),
+    ({"task": ["t1", "t2"], "domain": [D]}, "2 tasks but 1 domains"),
     (pd.DataFrame({"a": ["x"], "b": ["y"]}), "send one column named 'task'"),
     ({"other": ["x"]}, "send {'task': [...]}"),
     (42, "tasks must be text"),

@@ -257,7 +257,7 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
         try:
             task = Task.from_json(obj)
         except TaskFormatError as exc:
-            raise TaskFormatError(f"{path}:{lineno}: {exc}") from None
+            raise type(exc)(f"{path}:{lineno}: {exc}") from None
         _check_unique(task.id, seen, path, lineno)
         tasks.append(task)
     return tasks
@@ -284,7 +284,7 @@ def load_training_tasks(path: str | os.PathLike) -> list[TrainingTask]:
                 domain=_opt_domain(obj),
             )
         except TaskFormatError as exc:
-            raise TaskFormatError(f"{path}:{lineno}: {exc}") from None
+            raise type(exc)(f"{path}:{lineno}: {exc}") from None
         _check_unique(task.id, seen, path, lineno)
         tasks.append(task)
         del obj

