@@ -10,6 +10,7 @@ episode log. The role-model paths (infer, evaluate, one training update) run on 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -335,3 +336,27 @@ def test_one_training_update_in_domain_given_mode_replays_the_masks(tmp_path, mi
     log = tmp_path / "run" / "episodes" / "cycle-0000" / "update-000000.parquet"
     assert "passed" in log.with_suffix(".validation.txt").read_text()
     assert set(read_episode_log(log)["mode"]) == {"domain-given"}
+
+
+def test_mutants_that_change_only_the_domain_leave_domain_given_tasks_out(given_file):
+    from omtr.evaluation.harness import mutant
+
+    tasks = load_tasks(given_file)
+    full = [Task(t.id, t.family, t.split, t.nl, t.reference, t.meta) for t in tasks]
+    from omtr.faithfulness.mutators import MUTATORS
+
+    kinds = {"drop_goal_atom": False}  # a problem mutator applies in both modes
+    domain_kinds = []
+    for m in MUTATORS:
+        out = m.fn(tasks[0].reference.domain, tasks[0].reference.problem, random.Random(0))
+        if out is not None and out[1] == tasks[0].reference.problem and out[0] != tasks[0].reference.domain:
+            domain_kinds.append(m.name)
+    assert domain_kinds, "some mutator changes only the domain"
+    kinds[domain_kinds[0]] = True
+    for kind, domain_only in kinds.items():
+        given, plain = mutant(kind, tasks), mutant(kind, full)
+        if domain_only:
+            assert tasks[0].id in given.excluded and "changes only the domain" in given.excluded[tasks[0].id]
+            assert tasks[0].id not in plain.excluded
+        else:
+            assert tasks[0].id not in given.excluded

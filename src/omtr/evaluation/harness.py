@@ -15,7 +15,7 @@
 In the domain-given mode (tasks whose records carry ``domain``) a harness answers with the problem
 alone, as a model must there; the loop pairs it with the given domain. ``oracle`` then checks the
 reference problem against the given domain; mutators that change only the domain have nothing to
-change in this mode (the domain is not the model's to write).
+change in this mode (the domain is not the model's to write) and leave such tasks out, noted.
 
 These read references, so they live on the evaluation side; generating policies (the role model,
 the baselines) see only the NL task. The loop hands a policy prompts, not tasks: a harness policy
@@ -128,10 +128,20 @@ def mutant(kind: str, tasks: Sequence, *, seed: int = 0) -> ReplayPolicy:
         if out is None:
             notes[t.id] = f"mutator {kind} does not apply to this task"
             continue
+        if getattr(t, "domain", None) and same_text(out[1], p):
+            notes[t.id] = f"mutator {kind} changes only the domain, which this task gives (domain-given mode)"
+            continue
         attempts[t.id] = [out]
     policy = ReplayPolicy(f"mutant:{kind}", tasks, attempts, notes=notes)
     policy.excluded = dict(notes)  # evaluated without these tasks (counted in metrics.json)
     return policy
+
+
+def same_text(a: str, b: str) -> bool:
+    """Equal after normalising layout, comments and case."""
+    from omtr.solver.cache import normalise
+
+    return normalise(a) == normalise(b)
 
 
 def expected_category(kind: str) -> str:
