@@ -1,12 +1,14 @@
-"""Generation speed of the role model: new tokens/s with and without the PDDL grammar.
+"""Generation speed of the role model under each decoding constraint: off, plain, scoped.
 
     python benchmarks/model_generation.py                 # SmolLM2 (small), batch 8, one-shot Actor prompts
     python benchmarks/model_generation.py --model micro --batch 4 --max-new-tokens 128
+    python benchmarks/model_generation.py --modes plain,scoped --greedy
 
-Prints one JSON object: load time, prompt length, and per mode (grammar off / on) the wall time,
-new tokens, tokens/s, prefill and grammar milliseconds, finish reasons (a sequence stops once its
-domain and problem blocks are closed), and lint's category for each output (``lint_ok`` when
-lint finds nothing; the planner is not run).
+Prints one JSON object: load time, prompt length, and per mode the wall time, new tokens, tokens/s,
+prefill, grammar and scope milliseconds (the scope rules' share of the grammar time), the grammar's
+share of decode time, finish reasons (a sequence stops once its domain and problem blocks are
+closed), and lint's category for each output (``lint_ok`` when lint finds nothing; the planner is
+not run). The modes run one after the other in one process on the same prompts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--modes", default="free,grammar", help="comma-separated: free, grammar (default both)")
+    ap.add_argument("--modes", default="off,plain,scoped", help="comma-separated decoding constraints: off, plain, scoped")
+    ap.add_argument("--greedy", action="store_true", help="greedy decoding (default: temperature 0.7)")
     args = ap.parse_args()
 
     import torch
@@ -57,10 +60,10 @@ def main() -> None:
     result = {"model": args.model, "batch": args.batch, "load_s": round(load_s, 2),
               "prompt_tokens": max(len(p) for p in model.encode_prompts(prompts)), "threads": torch.get_num_threads()}
     model.grammar  # compile outside the timed runs
-    for grammar in [m.strip() == "grammar" for m in args.modes.split(",")]:
-        sampling = Sampling(greedy=False, temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
+    for mode in [m.strip() for m in args.modes.split(",")]:
+        sampling = Sampling(greedy=args.greedy, temperature=0.7, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0)
         t = time.perf_counter()
-        gens = model.generate("actor", prompts, sampling, grammar=grammar, stop_when=spec_complete)
+        gens = model.generate("actor", prompts, sampling, constraint=mode, stop_when=spec_complete)
         wall = time.perf_counter() - t
         new = sum(len(g.token_ids) for g in gens)
         categories: dict[str, int] = {}
@@ -71,9 +74,14 @@ def main() -> None:
                 err = lint(ex.domain, ex.problem).error
                 cat = err.category.value if err else "lint_ok"
             categories[cat] = categories.get(cat, 0) + 1
-        result["grammar" if grammar else "free"] = {
+        tm = gens[0].timings
+        decode_ms = max(g.timings["decode_ms"] for g in gens)
+        scope_ms = sum(g.timings.get("scope_ms", 0.0) for g in gens)
+        result[mode] = {
             "wall_s": round(wall, 2), "new_tokens": new, "tokens_per_s": round(new / wall, 1),
-            "prefill_ms": round(gens[0].timings["prefill_ms"]), "grammar_ms": round(gens[0].timings["grammar_ms"]),
+            "prefill_ms": round(tm["prefill_ms"]), "decode_ms": round(decode_ms), "grammar_ms": round(tm["grammar_ms"]),
+            "scope_ms": round(scope_ms), "grammar_share_of_decode": round(tm["grammar_ms"] / decode_ms, 3) if decode_ms else None,
+            "scope_fallbacks": int(sum(g.timings.get("scope_fallbacks", 0) for g in gens)),
             "finish": [g.finish_reason for g in gens], "lint": categories,
         }
     print(json.dumps(result, indent=2))

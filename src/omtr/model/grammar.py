@@ -174,20 +174,27 @@ class PddlGrammar:
                                                        stop_token_ids=[tokenizer.eos_token_id])
         self._compiler = xgr.GrammarCompiler(self.info, max_threads=2)
         self.compiled = self._compiler.compile_grammar(pddl_ebnf(self.limits))
-        self._problem: dict[int, object] = {}
+        self._problem: dict[tuple, object] = {}
         self._vocab = None
         self.eos = tokenizer.eos_token_id
         self.compile_s = time.perf_counter() - t0
         log.info("PDDL grammar compiled in %.2f s", self.compile_s)
 
-    def problem_grammar(self, atom_args: int = 0):
-        """The compiled problem-only grammar; atoms take up to ``atom_args`` arguments (at least
-        the limits' bound; a given domain may declare longer predicates)."""
-        n = max(self.limits.atom_args, atom_args)
-        got = self._problem.get(n)
+    def problem_limits(self, given) -> GrammarLimits:
+        """The limits of the problem grammar for a given domain: atoms as long as its longest
+        predicate, names as long as its longest name (at least the configured bounds)."""
+        arity = max((len(a) for a in given.predicates.values()), default=0)
+        names = [given.name or "", *given.predicates, *given.constants, *given.types]
+        longest = max((len(n) for n in names), default=0)
+        return GrammarLimits(**{**self.limits.__dict__, "atom_args": max(self.limits.atom_args, arity),
+                                "name_len": max(self.limits.name_len, longest)})
+
+    def problem_grammar(self, limits: GrammarLimits):
+        """The compiled problem-only grammar under ``limits`` (compiled once per limits)."""
+        key = tuple(sorted(limits.__dict__.items()))
+        got = self._problem.get(key)
         if got is None:
-            lim = GrammarLimits(**{**self.limits.__dict__, "atom_args": n})
-            got = self._problem[n] = self._compiler.compile_grammar(pddl_ebnf(lim, problem_only=True))
+            got = self._problem[key] = self._compiler.compile_grammar(pddl_ebnf(limits, problem_only=True))
         return got
 
     @property
@@ -281,9 +288,10 @@ class GrammarState:
 
         self.grammar = grammar
         self.given = given
+        limits = grammar.limits
         if given is not None:
-            arity = max((len(a) for a in given.predicates.values()), default=0)
-            self.matcher = xgr.GrammarMatcher(grammar.problem_grammar(arity))
+            limits = grammar.problem_limits(given)
+            self.matcher = xgr.GrammarMatcher(grammar.problem_grammar(limits))
         else:
             self.matcher = xgr.GrammarMatcher(grammar.compiled)
         self.text = ""
@@ -297,7 +305,7 @@ class GrammarState:
         if scoped:
             from omtr.model.scope import ScopeTracker
 
-            self.scope = ScopeTracker(given, limits=grammar.limits)
+            self.scope = ScopeTracker(given, limits=limits)
 
     @property
     def finished(self) -> bool:
