@@ -42,6 +42,8 @@ def test_accepted_inputs(given, expected):
     (pd.DataFrame({"a": ["x"], "b": ["y"]}), "send one column named 'task'"),
     ({"other": ["x"]}, "send {'task': [...]}"),
     (42, "tasks must be text"),
+    (["12"], "task 0 is '12', which has no words"),  # a number MLflow cast to the string column
+    (pd.DataFrame({"task": ["t1"], "family": ["chess"]}), "family 'chess', which this model does not know"),
 ])
 def test_rejected_inputs_say_why(given, words):
     with pytest.raises(MlflowException) as e:
@@ -53,7 +55,10 @@ def test_rejected_inputs_say_why(given, words):
 def test_limits_and_signature():
     with pytest.raises(ValueError, match="budget must be at least 1"):
         ServingLimits(budget=0)
+    with pytest.raises(ValueError, match="fleet_retries"):
+        ServingLimits(fleet_retries=-1)
     sig = signature()
+    assert [(c.name, c.required) for c in sig.inputs.inputs] == [("task", True), ("family", False)]
     assert [c.name for c in sig.outputs.inputs][:3] == ["task", "domain", "problem"]
     assert {p.name for p in sig.params.params} == {"budget", "max_new_tokens"}
 
