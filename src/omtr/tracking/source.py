@@ -64,17 +64,37 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 
 def source_version(root: Path | None = None) -> dict:
-    """``{"omtr_version", "code_hash", "git_commit", "git_dirty"}`` of the running omtr. The git
-    fields are None where omtr does not run from a git checkout (an installed wheel)."""
+    """Where the running code comes from: ``omtr_version`` and ``code_hash`` always; where ``root``
+    (default: omtr's package folder) is inside a git checkout, also ``git_commit``, ``git_dirty``
+    and, for a dirty tree, ``git_changes`` (a hash of the uncommitted diff and the untracked files'
+    contents, so the same edits give the same value). The git fields are None without a checkout."""
     import omtr
 
-    root = root or package_dir()
+    pkg = package_dir()
+    root = Path(root) if root is not None else pkg
+    out = {"omtr_version": omtr.__version__, "code_hash": code_hash(pkg), "git_commit": None,
+           "git_dirty": None, "git_changes": None}
     commit = _git(["rev-parse", "HEAD"], root)
-    dirty = None
-    if commit is not None:
-        status = _git(["status", "--porcelain", "--untracked-files=normal", "--", "."], root)
-        dirty = bool(status) if status is not None else None
-    return {"omtr_version": omtr.__version__, "code_hash": code_hash(root), "git_commit": commit, "git_dirty": dirty}
+    if commit is None:
+        return out
+    top = Path(_git(["rev-parse", "--show-toplevel"], root) or root)
+    status = _git(["status", "--porcelain", "--untracked-files=all"], top)
+    out.update(git_commit=commit, git_dirty=bool(status) if status is not None else None)
+    if out["git_dirty"]:
+        h = hashlib.sha256((_git(["diff", "HEAD", "--binary"], top) or "").encode())
+        for name in sorted((_git(["ls-files", "--others", "--exclude-standard"], top) or "").splitlines()):
+            f = top / name
+            h.update(name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b""))
+        out["git_changes"] = h.hexdigest()[:12]
+    return out
+
+
+def describe(src: dict) -> str:
+    """One line for logs: ``commit 1a2b3c4 (dirty: 5d6e7f...)`` or ``omtr 0.1.0, code c1a2...``."""
+    if src.get("git_commit"):
+        state = f"dirty: changes {src.get('git_changes')}" if src.get("git_dirty") else "clean"
+        return f"commit {src['git_commit'][:10]} ({state}), code {src['code_hash']}"
+    return f"omtr {src['omtr_version']}, code {src['code_hash']} (no git checkout)"
 
 
 @lru_cache(maxsize=1)
