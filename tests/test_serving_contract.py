@@ -268,3 +268,27 @@ def test_fleet_outage_is_503_and_a_bad_request_stays_400(served, tmp_path, monke
     _scripted(served, nl)
     status, out = _invoke_or_error(served, {"inputs": {"task": [nl]}})  # the local pool instead
     assert status == 200 and out["predictions"][0]["success"] is True
+
+
+def test_metrics_port_counts_requests_outcomes_and_planner_calls(logged, monkeypatch):
+    """With OMTR_SERVING_METRICS_PORT set, the loaded model serves Prometheus metrics on that port."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet_helpers import free_port
+
+    port = free_port()
+    monkeypatch.setenv("OMTR_SERVING_METRICS_PORT", str(port))
+    model = mlflow.pyfunc.load_model(logged[0])
+    assert _invoke_or_error(model, {"inputs": {"task": ["Put a on b.", "Put b on a."]}})[0] == 200
+    assert _invoke_or_error(model, {"inputs": {"task": [""]}})[0] == 400
+    samples = {}
+    for fam in text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert samples[("omtr_serving_requests_total", (("outcome", "ok"),))] == 1
+    assert samples[("omtr_serving_requests_total", (("outcome", "bad_request"),))] == 1
+    assert samples[("omtr_serving_request_seconds_count", ())] == 2
+    answered = sum(v for (n, _), v in samples.items() if n == "omtr_serving_tasks_total")
+    assert answered == 2
+    assert samples[("omtr_serving_planner_calls_total", ())] <= 2  # budget 1 per task
