@@ -38,6 +38,11 @@ PIPELINE_NAME = "omtr"
 # Where the cluster's services are (k8s/ base, namespace omtr).
 MLFLOW_URI = "http://omtr-mlflow.omtr.svc.cluster.local:5000"
 SOLVER_URL = "http://omtr-solver.omtr.svc.cluster.local:8600"
+# The fleet's bearer token: a Secret with key `token` in the namespace the run's pods run in (the
+# same Secret k8s/base mounts into the fleet, the serving pods and the PyTorchJob). Every task that
+# calls the fleet gets it as OMTR_SOLVER_TOKEN (kfp-kubernetes use_secret_as_env); a missing Secret
+# stops the pod at start with an event that names it, not with a 401 an hour into evaluation.
+SOLVER_TOKEN_SECRET, SOLVER_TOKEN_KEY, SOLVER_TOKEN_ENV = "omtr-solver-token", "token", "OMTR_SOLVER_TOKEN"
 TRAINER_IMAGE = steps.OMTR_IMAGE.replace("/omtr:", "/omtr-trainer-gpu:")  # docker/trainer-gpu.Dockerfile
 
 # The A100 pool as k8s/ knows it (the PyTorchJob's affinity and tolerations): nodes labelled
@@ -97,11 +102,13 @@ def after_training(trained: dsl.Input[dsl.Model], episodes: dsl.Input[dsl.Datase
                    eval_budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver_url: str,
                    mlflow_tracking_uri: str, registry_name: str, serve_budget: int, promotion_rule: str,
                    serving_namespace: str, serving_deployment: str, deploy_mode: str, serving_manifest: str,
-                   deploy_timeout_s: int):
+                   deploy_timeout_s: int, solver_token_secret: str):
     ev = _settle(steps.evaluate(budget=eval_budget, max_new_tokens=max_new_tokens, bootstrap=bootstrap, seed=seed,
                                 solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
                                 timeout_s=STEPS["evaluate"]["timeout_s"], val_tasks=val_tasks, trained=trained),
                  "evaluate")
+    kubernetes.use_secret_as_env(ev, secret_name=solver_token_secret,
+                                 secret_key_to_env={SOLVER_TOKEN_KEY: SOLVER_TOKEN_ENV})
     va = _settle(steps.validate_episodes(timeout_s=STEPS["validate"]["timeout_s"], episodes=episodes,
                                          evaluation=ev.outputs["evaluation"]), "validate")
     reg = _settle(steps.register(name=registry_name, serve_budget=serve_budget, max_new_tokens=max_new_tokens,
@@ -138,6 +145,7 @@ def omtr_pipeline(
     max_new_tokens: int = 448,
     bootstrap: int = 1000,
     solver_url: str = SOLVER_URL,
+    solver_token_secret: str = SOLVER_TOKEN_SECRET,
     mlflow_tracking_uri: str = MLFLOW_URI,
     registry_name: str = "omtr-role-model",
     serve_budget: int = 6,
@@ -161,7 +169,8 @@ def omtr_pipeline(
                 bootstrap=bootstrap, seed=seed, solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
                 registry_name=registry_name, serve_budget=serve_budget, promotion_rule=promotion_rule,
                 serving_namespace=serving_namespace, serving_deployment=serving_deployment, deploy_mode=deploy_mode,
-                serving_manifest=serving_manifest, deploy_timeout_s=deploy_timeout_s)
+                serving_manifest=serving_manifest, deploy_timeout_s=deploy_timeout_s,
+                solver_token_secret=solver_token_secret)
 
     with dsl.If(train_on == "cpu", name="train-on-cpu"):
         tr = _settle(steps.train(profile=profile, model=model, train_set=train_set, device="",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -194,7 +195,7 @@ def test_a_patch_that_yields_an_invalid_deployment_is_never_sent():
     # a manifest with a misspelt field (what --dry-run --manifest checks without a cluster): strict fails
     dep = serving_deployment()
     dep["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
-    with pytest.raises(d.DeployError, match=r"fails the Kubernetes 1\.30 schema"):
+    with pytest.raises(d.DeployError, match=r"fails the Kubernetes 1\.31 schema"):
         d.deploy(None, TARGET, "omtr-role-model", "7", timeout_s=10, dry_run=True, manifest=dep)
     # a patch body whose annotation is not a string: the API would refuse it; it is caught before
     with pytest.raises(d.DeployError, match="omtr.dev~1model-version|model-version"):
@@ -263,3 +264,22 @@ def test_cli_dry_run_on_the_manifest_resolves_champion(tmp_path):
     assert r.returncode == 2 and "no Kubernetes configuration" in r.stderr and "--dry-run --manifest" in r.stderr
     r = _omtr(tmp_path, "--version", "1", "--manifest", str(SERVING), uri=uri)
     assert r.returncode == 2 and "add --dry-run" in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (its strategic merge is the reference)")
+@pytest.mark.parametrize("uri,version", [("models:/omtr-role-model/7", "7"), (None, None)])
+def test_strategic_merge_matches_kubectl(tmp_path, uri, version):
+    """omtr's one strategic-merge path gives what `kubectl patch --local --type strategic` gives for
+    the deploy step's patches (set MODEL_URI and the annotation; remove them again), on the serving
+    Deployment of k8s/base with a MODEL_URI already set."""
+    import yaml
+
+    base_text = (Path(__file__).resolve().parents[1] / "k8s" / "base" / "serving.yaml").read_text()
+    dep = next(o for o in yaml.safe_load_all(base_text) if o and o["kind"] == "Deployment")
+    dep = d.strategic_merge(dep, d.build_patch("serving", "models:/omtr-role-model/6", "6"))
+    (tmp_path / "dep.yaml").write_text(yaml.safe_dump(dep))
+    patch = d.build_patch("serving", uri, version)
+    r = subprocess.run(["kubectl", "patch", "--local", "-f", str(tmp_path / "dep.yaml"), "--type", "strategic",
+                        "-p", json.dumps(patch), "-o", "json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert d.strategic_merge(dep, patch) == json.loads(r.stdout)

@@ -7,7 +7,13 @@ the real solver service (`omtr solver serve`) on loopback and passes their URLs 
 No Kubernetes API server runs here, so the deploy step runs with deploy_mode=dry-run against the
 serving Deployment of k8s/base/serving.yaml: it resolves the promoted version in the registry,
 builds the patch and validates the patched Deployment against the Kubernetes schemas, and writes
-what it would send. (Rolling a real Deployment is tested in test_deploy.py against a faked API.)"""
+what it would send. (Rolling a real Deployment is tested in test_deploy.py against a faked API.)
+
+The solver service requires a bearer token, as the cluster's fleet does. On a cluster the evaluate
+pod gets it from the Secret omtr-solver-token (kfp-kubernetes ``use_secret_as_env``, checked in
+test_kfp_pipeline.py); kfp's local runner has no Kubernetes to read Secrets from, so the test puts
+the same variable, OMTR_SOLVER_TOKEN, in the environment its step processes inherit. A step
+that dropped it would fail evaluation with the fleet's 401."""
 
 from __future__ import annotations
 
@@ -54,7 +60,9 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
     from pipelines.omtr_pipeline import omtr_pipeline
 
     root = tmp_path / "pipeline-root"
-    with Server(tmp_path) as fleet:
+    token = "kfp-local-fleet-token"
+    monkeypatch.setenv("OMTR_SOLVER_TOKEN", token)  # what the Secret gives the evaluate pod on a cluster
+    with Server(tmp_path, env={"OMTR_SOLVER_TOKEN": token}) as fleet:
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
         t0 = time.monotonic()
         omtr_pipeline(

@@ -107,6 +107,28 @@ def test_retries_caching_resources_and_deadlines():
     assert len(moved) == 3 and all(t["triggerPolicy"]["condition"].endswith("promote-Output'] == true") for t in moved)
 
 
+def test_fleet_callers_get_the_token_from_the_secret():
+    """Every evaluate task (the step that sends specs to the fleet) gets OMTR_SOLVER_TOKEN from the
+    Secret the run parameter names, by default the one k8s/base mounts into the fleet itself."""
+    spec, platform = _docs(COMMITTED)
+    tasks = _tasks(spec)
+    execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    fleet = (ROOT / "k8s" / "base" / "solver-fleet.yaml").read_text()
+    default = spec["root"]["inputDefinitions"]["parameters"]["solver_token_secret"]["defaultValue"]
+    assert f"secretName: {default}" in fleet
+    assert len(tasks["evaluate"]) == 3  # one per training branch
+    for t in tasks["evaluate"]:
+        (sec,) = execs[t["_executor"]]["secretAsEnv"]
+        assert sec["keyToEnv"] == [{"envVar": "OMTR_SOLVER_TOKEN", "secretKey": "token"}]
+        assert sec["secretNameParameter"] == {"componentInputParameter": "solver_token_secret"}
+        assert not sec.get("optional")  # a missing Secret stops the pod at start, not with a 401 later
+    callers = {t["_executor"] for t in tasks["evaluate"]}
+    for name, ex in spec["deploymentSpec"]["executors"].items():
+        program = "\n".join(ex["container"]["command"] + ex["container"].get("args", []))
+        if "OMTR_SOLVER_URL" in program:
+            assert name in callers, name  # any step that points omtr at the fleet carries the token
+
+
 def test_components_run_omtr_on_the_omtr_image_without_installing_anything():
     spec, _ = _docs(COMMITTED)
     import omtr
@@ -162,3 +184,29 @@ def test_compile_for_another_registry_replaces_every_image(tmp_path):
     assert "ghcr.io" not in out.read_text()
     with pytest.raises(KubeflowError, match="'omtr latest'"):
         compile_pipeline(tmp_path / "q.yaml", image="omtr latest")
+
+
+def test_compile_pins_images_by_digest(tmp_path, caplog):
+    """Images given by digest land in every executor as given, so kfp's cache key (computed from the
+    component spec, image string included) changes with the image's content, not with a tag; a tag
+    alone is accepted with a warning that says so."""
+    import logging
+
+    import yaml
+
+    from omtr.k8s.kubeflow import KubeflowError, compile_pipeline
+
+    omtr_img = "registry.example.com/ml/omtr@sha256:" + "a" * 64
+    trainer = "registry.example.com/ml/omtr-trainer-gpu:2.0@sha256:" + "b" * 64
+    with caplog.at_level(logging.WARNING, logger="omtr.kubeflow"):
+        out = compile_pipeline(tmp_path / "p.yaml", image=omtr_img, trainer_image=trainer)
+    assert not [r for r in caplog.records if "is a tag" in r.getMessage()]
+    docs = list(yaml.safe_load_all(out.read_text()))
+    assert {ex["container"]["image"] for ex in docs[0]["deploymentSpec"]["executors"].values()} == {omtr_img}
+    assert docs[0]["root"]["inputDefinitions"]["parameters"]["trainer_image"]["defaultValue"] == trainer
+    assert "ghcr.io" not in out.read_text()
+    with caplog.at_level(logging.WARNING, logger="omtr.kubeflow"):
+        compile_pipeline(tmp_path / "t.yaml", image="registry.example.com/ml/omtr:latest")
+    assert any("is a tag" in r.getMessage() and "digest" in r.getMessage() for r in caplog.records)
+    with pytest.raises(KubeflowError, match="64 hex digits"):
+        compile_pipeline(tmp_path / "q.yaml", image="registry.example.com/ml/omtr@sha256:abc")

@@ -33,6 +33,12 @@ D = "(define (domain d) (:predicates (p)))"
     (np.array([np.array({"task": "t1", "domain": D}, dtype=object)], dtype=object), [("t1", None, D)]),
     (pd.DataFrame({"task": ["t1", "t2"], "domain": [D, None]}), [("t1", None, D), ("t2", None, None)]),
     ({"task": ["t1"], "domain": [D]}, [("t1", None, D)]),
+    # what the typed schema hands predict: all three columns, NaN where a record left a key out and
+    # the text "None" where "inputs" carried a JSON null (MLflow's cast); both mean absent
+    (pd.DataFrame({"task": ["t1", "t2", "t3"], "family": ["gripper", float("nan"), "None"],
+                   "domain": [float("nan"), D, "None"]}),
+     [("t1", "gripper", None), ("t2", None, D), ("t3", None, None)]),
+    ({"task": ["t1", "t2"], "family": ["gripper", None]}, [("t1", "gripper", None), ("t2", None, None)]),
 ])
 def test_accepted_inputs(given, expected):
     assert tasks_from_input(given, LIM) == expected
@@ -53,6 +59,11 @@ def test_accepted_inputs(given, expected):
     (pd.DataFrame({"a": ["x"], "b": ["y"]}), "send one column named 'task'"),
     ({"other": ["x"]}, "send {'task': [...]}"),
     (42, "tasks must be text"),
+    (["12"], "task 0 is '12', which has no words"),  # a number MLflow cast to the string column
+    (pd.DataFrame({"task": ["t1"], "family": ["chess"]}), "family 'chess', which this model does not know"),
+    (pd.DataFrame({"task": ["t1"], "domain": ["x" * 100_001]}), "task 0: its domain has 100001 characters, at most 100000"),
+    (pd.DataFrame({"task": ["None"]}), "task 0 is null"),  # {"task": null} as MLflow hands it over
+    ({"task": ["t1", "t2"], "family": ["gripper"]}, "2 tasks but 1 families"),
 ])
 def test_rejected_inputs_say_why(given, words):
     with pytest.raises(MlflowException) as e:
@@ -64,7 +75,10 @@ def test_rejected_inputs_say_why(given, words):
 def test_limits_and_signature():
     with pytest.raises(ValueError, match="budget must be at least 1"):
         ServingLimits(budget=0)
+    with pytest.raises(ValueError, match="fleet_retries"):
+        ServingLimits(fleet_retries=-1)
     sig = signature()
+    assert [(c.name, c.required) for c in sig.inputs.inputs] == [("task", True), ("family", False), ("domain", False)]
     assert [c.name for c in sig.outputs.inputs][:3] == ["task", "domain", "problem"]
     assert {p.name for p in sig.params.params} == {"budget", "max_new_tokens"}
 

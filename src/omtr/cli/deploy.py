@@ -11,7 +11,7 @@ EXAMPLES = """  omtr deploy                                              # the v
   omtr deploy --version 2 --timeout 300                    # roll back by hand to version 2
 
 The patch sets the container's MODEL_URI to models:/NAME/VERSION and the pod-template annotation
-omtr.dev/model-version; the patched Deployment is validated against the Kubernetes 1.30 schemas
+omtr.dev/model-version; the patched Deployment is validated against the Kubernetes 1.31 schemas
 (kubernetes-validate, strict) before it is sent. The rollout is then watched (updated and
 available replicas, ProgressDeadlineExceeded) until --timeout; if it fails, the previous MODEL_URI
 and annotation are patched back and the exit status is 1.
@@ -44,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--kubernetes-version", default=None, metavar="X.Y",
-                   help="schemas to validate the patched Deployment against (default 1.30)")
+                   help="schemas to validate the patched Deployment against (default 1.31)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON here")
     p.set_defaults(handler=run)
 

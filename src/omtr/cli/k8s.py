@@ -30,8 +30,9 @@ def _register_render(sub) -> None:
     p = add_command(
         sub, "render",
         help="print an overlay's objects as YAML (kustomize build)",
-        description="Render a kustomization under k8s/ with omtr's kustomize renderer (the subset of kustomize "
-                    "that k8s/ uses, same semantics); `kubectl apply -k` gives the same objects.",
+        description="Render a kustomization under k8s/ with the real kustomize (`kubectl kustomize`, or "
+                    "`kustomize build` where that binary is installed; OMTR_KUSTOMIZE picks one): the objects "
+                    "`kubectl apply -k` sends. No cluster is needed.",
         examples="""  omtr k8s render dev
   omtr k8s render gpu-cluster --out rendered.yaml
   omtr k8s render k8s/base

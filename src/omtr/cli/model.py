@@ -27,6 +27,7 @@ def register(subparsers) -> None:
   omtr model init --backbone paper --out models/paper      # Qwen2.5-7B-Instruct (hub id or local copy)
   omtr model init --backbone ./my-hf-model --no-grammar --lora-r 8 --out models/mine
   omtr model info models/small                             # parameter counts, role shares, memory_ratio
+  omtr model export runs/small/model --merged export/      # per role: a plain HF folder + role vectors
 """,
     )
     sub = parser.add_subparsers(dest="model_command", metavar="SUBCOMMAND")
@@ -81,6 +82,27 @@ def register(subparsers) -> None:
     p.add_argument("--indent", type=int, default=2, help="JSON indentation (default 2; 0 for one line)")
     p.set_defaults(handler=_info)
 
+    p = add_command(
+        sub, "export",
+        help="write standard model files: peft adapters, or per role a merged Hugging Face folder",
+        description=(
+            "--peft OUT: each role's LoRA adapter as peft's save_pretrained writes it (adapter_config.json, "
+            "loadable with PeftModel.from_pretrained) and the backbone beside them. --merged OUT: per role "
+            "a plain Hugging Face causal-LM folder with the role's adapter merged in, for transformers, "
+            "vLLM or llama.cpp's converter, and role_vectors.safetensors: the role's prompt embeddings, "
+            "which go before the prompt's token embeddings (inputs_embeds). A runtime without "
+            "prompt-embedding input runs the merged weights without them: a different policy."
+        ),
+        examples="""  omtr model export runs/small/model --merged export/merged
+  omtr model export runs/small/model --peft export/peft
+  omtr model export runs/small/model --peft export/peft --merged export/merged
+""",
+    )
+    p.add_argument("dir", metavar="DIR", help="model directory (from omtr model init or omtr train)")
+    p.add_argument("--peft", metavar="OUT", help="write peft adapters (and the backbone) to OUT")
+    p.add_argument("--merged", metavar="OUT", help="write one merged Hugging Face folder per role to OUT")
+    p.set_defaults(handler=_export)
+
 
 def _init(args: argparse.Namespace) -> int:
     from omtr.config import ConfigError, model_profile
@@ -128,4 +150,27 @@ def _info(args: argparse.Namespace) -> int:
             "backbone_source": meta["backbone"]["source"], "backbone_saved": meta["backbone"]["saved"]}
     json.dump(info, sys.stdout, indent=args.indent or None)
     sys.stdout.write("\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from omtr.model.roles import MODEL_FILE
+
+    path = Path(args.dir)
+    if not (path / MODEL_FILE).is_file():
+        raise CliError(f"{path} is not a model directory (no {MODEL_FILE}); make one with omtr model init")
+    if not (args.peft or args.merged):
+        raise CliError("say what to write: --peft OUT, --merged OUT or both")
+    from omtr.model import BackboneError
+    from omtr.model.export import export_merged, export_peft
+
+    done = {}
+    try:
+        if args.peft:
+            done["peft"] = str(export_peft(path, args.peft))
+        if args.merged:
+            done["merged"] = str(export_merged(path, args.merged))
+    except (BackboneError, FileExistsError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    print(json.dumps(done, indent=2))
     return 0

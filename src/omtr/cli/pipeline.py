@@ -64,8 +64,11 @@ def register(sub) -> None:
                     examples=COMPILE_EXAMPLES)
     c.add_argument("--out", required=True, metavar="FILE.yaml", help="where the compiled pipeline goes")
     c.add_argument("--source", metavar="FILE.py", help="the pipeline source (default: pipelines/omtr_pipeline.py of the checkout)")
-    c.add_argument("--image", metavar="REGISTRY/omtr:TAG",
-                   help="the omtr image the steps run on (default: the project's; the trainer image follows as omtr-trainer-gpu:TAG)")
+    c.add_argument("--image", metavar="REGISTRY/omtr@sha256:DIGEST",
+                   help="the omtr image the steps run on, best by digest (kfp's cache follows the image string); "
+                        "default: the project's; a tag's trainer image follows as omtr-trainer-gpu:TAG")
+    c.add_argument("--trainer-image", metavar="REGISTRY/omtr-trainer-gpu@sha256:DIGEST",
+                   help="the train-job branch's trainer image (default: derived from a tagged --image)")
     c.set_defaults(handler=run_compile)
     s = add_command(actions, "submit", help="compile the Kubeflow pipeline and start a run at a Kubeflow endpoint",
                     description="Compile the pipeline (or take --package), then create a run of it in an "
@@ -81,7 +84,8 @@ def register(sub) -> None:
                    help="a run parameter (repeatable); typed by the pipeline's declaration")
     s.add_argument("--package", metavar="FILE.yaml", help="submit this compiled package instead of compiling")
     s.add_argument("--source", metavar="FILE.py", help="the pipeline source to compile (default: the checkout's)")
-    s.add_argument("--image", metavar="REGISTRY/omtr:TAG", help="the omtr image the steps run on (as for compile)")
+    s.add_argument("--image", metavar="REGISTRY/omtr@sha256:DIGEST", help="the omtr image the steps run on (as for compile)")
+    s.add_argument("--trainer-image", metavar="IMAGE", help="the trainer image (as for compile)")
     s.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
     s.add_argument("--service-account", help="Kubernetes ServiceAccount the run's pods use (e.g. omtr-deployer)")
     s.add_argument("--wait", action="store_true", help="wait for the run to finish; exit 1 unless it succeeded")
@@ -92,6 +96,8 @@ def register(sub) -> None:
 COMPILE_EXAMPLES = """  omtr pipeline compile --out pipelines/omtr_pipeline.yaml     # refresh the committed package
   omtr pipeline compile --out /tmp/omtr.yaml                   # then upload it: Kubeflow UI > Pipelines > Upload pipeline
   omtr pipeline compile --out /tmp/omtr.yaml --image registry.example.com/omtr/omtr:0.1.0   # your registry
+  omtr pipeline compile --out /tmp/omtr.yaml --image registry.example.com/omtr/omtr@sha256:DIGEST \
+      --trainer-image registry.example.com/omtr/omtr-trainer-gpu@sha256:DIGEST   # pinned: kfp's cache follows it
 """
 
 SUBMIT_EXAMPLES = """  export KF_TOKEN=$(kubectl -n kubeflow create token default-editor)   # or your identity provider's token
@@ -149,7 +155,7 @@ def run_compile(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        out = compile_pipeline(args.out, args.source, args.image)
+        out = compile_pipeline(args.out, args.source, args.image, args.trainer_image)
     except KubeflowError as exc:
         raise CliError(str(exc)) from None
     print(f"wrote {out} in {time.perf_counter() - t0:.1f} s: upload it in the Kubeflow UI (Pipelines > Upload "
@@ -167,7 +173,8 @@ def run_submit(args) -> int:
     try:
         token = kf.read_token(args.token_env, args.token_file)
         with tempfile.TemporaryDirectory(prefix="omtr-kfp-") as tmp:
-            package = args.package or str(kf.compile_pipeline(Path(tmp) / "omtr_pipeline.yaml", args.source, args.image))
+            package = args.package or str(kf.compile_pipeline(Path(tmp) / "omtr_pipeline.yaml", args.source, args.image,
+                                                                   args.trainer_image))
             if args.package and not Path(args.package).is_file():
                 raise kf.KubeflowError(f"--package {args.package}: no such file")
             params = kf.parse_params(args.param, kf.pipeline_parameters(package))

@@ -1,2 +1,2 @@
-"""Kubernetes support: the kustomize renderer for ``k8s/``, the PyTorchJob builder for multi-node
-training, and the deploy step's rollout of the serving Deployment."""
+"""Kubernetes support: rendering ``k8s/`` with kustomize (``kubectl kustomize``), the PyTorchJob
+builder for multi-node training, and the deploy step's rollout of the serving Deployment."""

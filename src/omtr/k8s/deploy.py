@@ -10,7 +10,9 @@ a time-out; on failure the previous ``MODEL_URI`` and annotation are patched bac
 
 Every patch is first applied here to the Deployment it will change (read from the cluster, or from
 a manifest file for a dry run without a cluster) and the result is validated offline against the
-Kubernetes schemas of :data:`KUBERNETES_VERSION` with ``kubernetes-validate --strict``.
+Kubernetes schemas of :data:`KUBERNETES_VERSION` (1.31, as for all of k8s/) with
+``kubernetes-validate --strict``. :func:`strategic_merge` is omtr's only strategic-merge code (the
+manifests are rendered by kustomize itself); a test holds it to ``kubectl patch --local``.
 
 ``apps`` is a ``kubernetes.client.AppsV1Api`` (or anything with its three methods
 ``read_namespaced_deployment``, ``read_namespaced_deployment_status``, ``patch_namespaced_deployment``).
@@ -26,9 +28,9 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("omtr.deploy")
 
-# The Kubernetes version whose schemas patched Deployments are validated against: the API of the
-# `kubernetes` Python client 30 that kfp 2.17 pins (kubernetes < 31).
-KUBERNETES_VERSION = "1.30"
+# The Kubernetes version whose schemas patched Deployments are validated against: the one every
+# manifest of k8s/ targets and is validated for (omtr.k8s.manifests).
+from omtr.k8s.trainjob import DEFAULT_K8S_VERSION as KUBERNETES_VERSION  # noqa: E402
 ANNOTATION = "omtr.dev/model-version"
 ENV_VAR = "MODEL_URI"
 

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -52,28 +53,63 @@ def load_pipeline(source: str | None = None):
     return module
 
 
-def compile_pipeline(out: str | Path, source: str | None = None, image: str | None = None) -> Path:
+DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*/[a-z0-9._-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+
+
+def check_image(image: str, what: str = "--image") -> str:
+    """``image`` if it is ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:DIGEST`` or both; else an error."""
+    m = IMAGE_RE.match(image or "")
+    if not m or not (m.group(1) or m.group(2)):
+        raise KubeflowError(f"{what} {image!r}: expected REGISTRY/REPO/omtr:TAG or REGISTRY/REPO/omtr@sha256:DIGEST "
+                            "(64 hex digits; `docker buildx imagetools inspect IMAGE` prints it)")
+    return image
+
+
+def compile_pipeline(out: str | Path, source: str | None = None, image: str | None = None,
+                     trainer_image: str | None = None) -> Path:
     """Compile the pipeline to ``out`` (YAML) and return its path.
 
-    ``image`` (``REGISTRY/REPO/omtr:TAG``) replaces the omtr image every step runs on, and the
-    trainer image's default is derived from it (``.../omtr-trainer-gpu:TAG``), for clusters that
-    pull from their own registry; the committed package names the project's default images."""
+    ``image`` replaces the omtr image every step runs on, for clusters that pull from their own
+    registry; the committed package names the project's default images. Give it by digest
+    (``REGISTRY/REPO/omtr@sha256:...``, with or without a tag): kfp's cache key is computed from
+    the component spec, image string included, so with a tag alone a re-pushed tag would let a
+    cached step's result from older code stand in for the new code's. ``trainer_image`` replaces
+    the train-job branch's default trainer image in the same way; without it, a tagged ``image``
+    gives the trainer image of the same tag (``.../omtr-trainer-gpu:TAG``), and a digest-pinned
+    one leaves the default, which then says so in the log."""
     out = Path(out)
     if out.parent and not out.parent.is_dir():
         raise KubeflowError(f"--out {out}: folder {out.parent} does not exist")
+    if image:
+        check_image(image)
+    if trainer_image:
+        check_image(trainer_image, "--trainer-image")
     module = load_pipeline(source)
     module.compile_to(str(out))
+    if not (image or trainer_image):
+        return out
+    text = out.read_text(encoding="utf-8")
     if image:
-        if any(c.isspace() for c in image) or ":" not in image.rsplit("/", 1)[-1]:
-            raise KubeflowError(f"--image {image!r}: expected REGISTRY/REPO/omtr:TAG (a tag or @sha256 digest)")
         default = module.steps.OMTR_IMAGE
-        text = out.read_text(encoding="utf-8")
         if default not in text:
             raise KubeflowError(f"the compiled pipeline does not name the default image {default}; cannot replace it")
-        trainer = image.replace("/omtr:", "/omtr-trainer-gpu:") if "/omtr:" in image else None
-        if trainer and module.TRAINER_IMAGE in text:
-            text = text.replace(module.TRAINER_IMAGE, trainer)
-        out.write_text(text.replace(default, image), encoding="utf-8")
+        if not DIGEST_RE.search(image):
+            log.warning("%s is a tag: kfp caches steps by the image string, so a re-pushed tag can reuse results "
+                        "of older code; give the image by digest (@sha256:...) to pin it", image)
+        if trainer_image is None:
+            base = DIGEST_RE.sub("", image)
+            if DIGEST_RE.search(image) or "/omtr:" not in base:
+                log.warning("trainer image left at %s: give --trainer-image (by digest) to replace it",
+                            module.TRAINER_IMAGE)
+            else:
+                trainer_image = base.replace("/omtr:", "/omtr-trainer-gpu:")
+        text = text.replace(default, image)
+    if trainer_image:
+        if module.TRAINER_IMAGE not in text:
+            raise KubeflowError(f"the compiled pipeline does not name the trainer image {module.TRAINER_IMAGE}")
+        text = text.replace(module.TRAINER_IMAGE, trainer_image)
+    out.write_text(text, encoding="utf-8")
     return out
 
 

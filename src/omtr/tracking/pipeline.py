@@ -4,9 +4,13 @@ Each step is one ``omtr`` subcommand run as a subprocess inside its own nested r
 joins that run through ``MLFLOW_RUN_ID``). Steps hand over their outputs as MLflow run artifacts:
 a step downloads what it needs from the earlier steps' runs, never from their working folders.
 
-Content keys: a step's key hashes its parameters with the keys of the steps it reads from. A step
-whose key already has a finished run (tag ``omtr.step_done``) is not run again; a nested run tagged
-``omtr.reused_run`` points at the finished one. Training works in ``WORK/train-KEY``; a killed
+Content keys: a step's key hashes its parameters, the keys of the steps it reads from, and the
+source version (:func:`omtr.tracking.source.source_version`: the git commit, whether the tree is
+dirty and a hash of its uncommitted changes, and the hash of omtr's own files, which names the code
+where there is no git). A step whose key already has a finished run (tag ``omtr.step_done``) is not
+run again; a nested run tagged ``omtr.reused_run`` points at the finished one and says why it was
+reused (``omtr.reuse_reason``). A finished run with the same parameters but other code is not
+reused, and the log says so. Training works in ``WORK/train-KEY``; a killed
 training step leaves its checkpoints there and an unfinished run with its key, which the next
 ``omtr pipeline`` reopens and continues with ``omtr train --resume``.
 """
@@ -26,6 +30,7 @@ log = logging.getLogger("omtr.pipeline")
 
 STEPS = ("prepare", "train", "evaluate", "validate", "register", "promote")
 KEY_TAG, DONE_TAG, STEP_TAG, REUSED_TAG = "omtr.step_key", "omtr.step_done", "omtr.step", "omtr.reused_run"
+PARAMS_KEY_TAG, SOURCE_TAG, REASON_TAG = "omtr.params_key", "omtr.source", "omtr.reuse_reason"
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,10 @@ def for_profile(cfg: PipelineConfig) -> PipelineConfig:
     return replace(cfg, **over)
 
 
-def _key(step: str, params: dict) -> str:
-    blob = json.dumps({"step": step, **params}, sort_keys=True, default=str)
+def _key(step: str, params: dict, source: dict | None = None) -> str:
+    """The step's content key: its parameters (with the keys of its inputs) and, given, the source."""
+    blob = json.dumps({"step": step, **params, **({"source": source} if source is not None else {})},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -89,11 +96,14 @@ class StepResult:
 
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, work: str | Path, *, experiment: str = "omtr-main",
-                 tracking_uri: str | None = None, quiet: bool = False, steps: tuple[str, ...] = STEPS):
+                 tracking_uri: str | None = None, quiet: bool = False, steps: tuple[str, ...] = STEPS,
+                 source: dict | None = None):
         import mlflow
 
         from omtr.paths import default_tracking_uri
+        from omtr.tracking.source import source_version
 
+        self.source = source if source is not None else source_version()
         self.cfg, self.work, self.experiment, self.quiet = cfg, Path(work).resolve(), experiment, quiet
         self.uri = tracking_uri or default_tracking_uri()
         self.steps = steps
@@ -109,9 +119,9 @@ class Pipeline:
         if not self.quiet:
             print(msg, flush=True)
 
-    def _find(self, key: str, *, done: bool):
+    def _find(self, key: str, *, done: bool, tag: str = KEY_TAG):
         """The newest run of this experiment with this key (finished ones only when ``done``)."""
-        filt = f"tags.`{KEY_TAG}` = '{key}'"
+        filt = f"tags.`{tag}` = '{key}'"
         if done:
             filt += f" and tags.`{DONE_TAG}` = 'true'"
         runs = self.mlflow.search_runs(experiment_ids=[self.exp_id], filter_string=filt,
@@ -135,24 +145,35 @@ class Pipeline:
 
     def _step(self, step: str, params: dict, body) -> StepResult:
         """Run ``body(run_id, key) -> info`` in a nested run unless a finished run has the same key."""
+        from omtr.tracking.source import describe
+
         mlflow = self.mlflow
-        key = _key(step, params)
+        key, params_key = _key(step, params, self.source), _key(step, params)
+        here = describe(self.source)
         done = self._find(key, done=True)
         if done is not None:
+            reason = f"same parameters, inputs and source ({here}) as finished run {done.info.run_id}"
             with mlflow.start_run(run_name=f"{step} (reused)", nested=True) as r:
-                mlflow.set_tags({STEP_TAG: step, KEY_TAG + ".reused": key, REUSED_TAG: done.info.run_id})
-            self._say(f"[{step}] identical inputs already finished in run {done.info.run_id}: skipped")
+                mlflow.set_tags({STEP_TAG: step, KEY_TAG + ".reused": key, REUSED_TAG: done.info.run_id,
+                                 REASON_TAG: reason})
+            self._say(f"[{step}] reused: {reason}")
             info = json.loads(done.data.tags.get("omtr.step_info", "{}"))
             res = StepResult(step, key, done.info.run_id, True, info)
             self.results[step] = res
             return res
+        other = self._find(params_key, done=True, tag=PARAMS_KEY_TAG)
+        if other is not None:
+            then = other.data.tags.get(SOURCE_TAG, "unknown code")
+            self._say(f"[{step}] not reusing run {other.info.run_id}: same parameters, but it ran on {then} "
+                      f"and this is {here}")
         unfinished = self._find(key, done=False)
         if unfinished is not None and step == "train":
             run = mlflow.start_run(run_id=unfinished.info.run_id, nested=True)
             self._say(f"[{step}] continuing unfinished run {unfinished.info.run_id}")
         else:
             run = mlflow.start_run(run_name=step, nested=True)
-            mlflow.set_tags({STEP_TAG: step, KEY_TAG: key})
+            mlflow.set_tags({STEP_TAG: step, KEY_TAG: key, PARAMS_KEY_TAG: params_key, SOURCE_TAG: here,
+                             **{f"omtr.source.{k}": str(v) for k, v in self.source.items()}})
             mlflow.log_params({f"{step}.{k}": (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v)
                                for k, v in params.items() if not k.endswith("_key")})
         run_id = run.info.run_id
