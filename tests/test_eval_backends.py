@@ -177,7 +177,8 @@ def test_grammar_passthrough(server, mode, field):
     be.chat(MSG, Sampling(), grammar=False)
     sent = server.requests[0][field]
     text = sent["grammar"] if isinstance(sent, dict) else sent
-    assert text == pddl_grammar() and text.startswith("root ::=")
+    assert text == pddl_grammar(mode) and text.startswith("root ::=")
+    assert ("pname-and ::=" in text) == (mode == "llamacpp"), "GBNF for llama.cpp, xgrammar's EBNF for vLLM"
     assert field not in server.requests[1]
 
 

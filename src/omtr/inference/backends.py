@@ -14,8 +14,9 @@ A backend turns chat prompts into text, batched; it knows nothing about roles or
   at most ``max_concurrency`` at a time, and fail with one :class:`BackendError` sentence that
   says what went wrong (authentication, a rejected request, a malformed answer, an unreachable
   server). Where the server can constrain output with a grammar, ``grammar=...`` sends omtr's
-  PDDL grammar (``vllm``: ``structured_outputs.grammar``; ``vllm-legacy``: ``guided_grammar``;
-  ``llamacpp``: ``grammar`` in GBNF, which omtr's EBNF already is).
+  PDDL grammar, rendered in the server's dialect (``vllm``: ``structured_outputs.grammar``;
+  ``vllm-legacy``: ``guided_grammar``; both xgrammar's EBNF; ``llamacpp``: ``grammar`` in GBNF as
+  llama.cpp's C++ parser reads it: :mod:`omtr.inference.grammar_dialects`).
 
 Register another backend with :func:`register_backend`; ``make_backend("name:arg", **options)``
 builds one. The standard library is enough for the HTTP backend (no client package needed).
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+from omtr.inference import grammar_dialects
 from omtr.inference.policy import Generation, Messages, Sampling
 
 log = logging.getLogger(__name__)
@@ -113,8 +115,7 @@ def cut_at_stop(text: str, stop_when: Callable[[str], bool] | None) -> tuple[str
 
 
 @functools.lru_cache(maxsize=1)
-def pddl_grammar() -> str:
-    """omtr's PDDL grammar (EBNF, also valid GBNF), read without importing torch."""
+def _source_grammar() -> str:
     here = Path(__file__).resolve().parent.parent / "model" / "grammar.py"
     spec = importlib.util.spec_from_file_location("_omtr_pddl_grammar", here)
     if spec is None or spec.loader is None:
@@ -125,20 +126,29 @@ def pddl_grammar() -> str:
     return mod.pddl_ebnf()
 
 
+@functools.lru_cache(maxsize=None)
+def pddl_grammar(dialect: str = "xgrammar") -> str:
+    """omtr's PDDL grammar in a server's dialect (:mod:`omtr.inference.grammar_dialects`), read
+    without importing torch. ``xgrammar`` is the source the local decoder compiles."""
+    try:
+        return grammar_dialects.render(_source_grammar(), dialect)
+    except grammar_dialects.DialectError as exc:
+        raise BackendError(f"omtr's PDDL grammar cannot be sent as {dialect!r}: {exc}") from None
+
+
 GRAMMAR_MODES = ("none", "vllm", "vllm-legacy", "llamacpp")
 
 
 def grammar_fields(mode: str) -> dict:
-    """Request fields that carry the PDDL grammar to a server of the given kind."""
+    """Request fields that carry the PDDL grammar, in the server's dialect, to a server of the given kind."""
     if mode == "none":
         return {}
-    g = pddl_grammar()
     if mode == "vllm":
-        return {"structured_outputs": {"grammar": g}}
+        return {"structured_outputs": {"grammar": pddl_grammar("vllm")}}
     if mode == "vllm-legacy":
-        return {"guided_grammar": g}
+        return {"guided_grammar": pddl_grammar("vllm-legacy")}
     if mode == "llamacpp":
-        return {"grammar": g}
+        return {"grammar": pddl_grammar("llamacpp")}
     raise BackendError(f"unknown grammar mode {mode!r}; choose from {', '.join(GRAMMAR_MODES)}")
 
 
