@@ -36,6 +36,7 @@ class Server:
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.delay = 0.0
+        self.models: list[str] | None = None  # what GET /v1/models lists; None: not found
         self.active = self.peak = 0
         self.lock = threading.Lock()
         outer = self
@@ -43,6 +44,15 @@ class Server:
         class H(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
+
+            def do_GET(self):
+                ok = self.path.endswith("/models") and outer.models is not None
+                data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in outer.models or []]})
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Length", str(len(data) if ok else 0))
+                self.end_headers()
+                if ok:
+                    self.wfile.write(data.encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -144,6 +154,18 @@ def test_client_errors_are_not_retried_and_say_what_is_wrong(server, monkeypatch
     with pytest.raises(BackendRequestError, match="model 'm' not found"):
         be.chat(MSG, Sampling())
     assert be.requests == 1
+
+
+def test_a_model_name_the_server_does_not_list_is_one_line_before_any_prompt(server):
+    server.models = ["smollm2", "other"]
+    with pytest.raises(BackendRequestError, match=r"/v1/models does not list the model 'm' \(it serves 'smollm2', "
+                                                  r"'other'\); pass one of these as --llm-model"):
+        _backend(server).chat(MSG, Sampling())
+    assert server.requests == []
+    server.models = ["m"]
+    assert _backend(server).chat(MSG, Sampling())[0].text == "hi"
+    server.models = None  # no model list: not checked
+    assert _backend(server).chat(MSG, Sampling())[0].text == "hi"
 
 
 @pytest.mark.parametrize("body, match", [

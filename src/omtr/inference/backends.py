@@ -225,6 +225,8 @@ class OpenAIBackend:
         self.cfg, self.name, self._sleep = config, f"openai:{config.url}", sleep
         self.requests = 0  # HTTP requests sent, retries included
         self._count = threading.Lock()
+        self._model_checked = False
+        self._model_lock = threading.Lock()
 
     def _key(self) -> str | None:
         if not self.cfg.key_env:
@@ -246,10 +248,40 @@ class OpenAIBackend:
         prompts = list(prompts)
         if not prompts:
             return []
+        self.check_model()
         with cf.ThreadPoolExecutor(max_workers=min(self.cfg.max_concurrency, len(prompts)),
                                    thread_name_prefix="omtr-llm") as pool:
             futures = [pool.submit(self._one, p, sampling, stop_when, grammar) for p in prompts]
             return [f.result() for f in futures]
+
+    def check_model(self) -> None:
+        """Once per backend: a model name the server does not list is an error.
+
+        Some servers answer any name with the model they have (llama-cpp-python's server does),
+        so a misspelt ``--llm-model`` would otherwise go unnoticed. A server without a readable
+        ``GET /models`` (or the name ``default``) is not checked."""
+        with self._model_lock:
+            if self._model_checked:
+                return
+            self._model_checked = True
+            if self.cfg.model == "default":
+                return
+            url = self.cfg.endpoint[: -len("/chat/completions")] + "/models"
+            headers = {"Accept": "application/json"}
+            key = self._key()
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            try:
+                req = urllib.request.Request(url, headers=headers, method="GET")
+                with urllib.request.urlopen(req, timeout=min(self.cfg.timeout_s, 10.0)) as resp:
+                    listed = [m["id"] for m in json.loads(resp.read())["data"]]
+            except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+                log.debug("model list at %s not read (%s); the model name is not checked", url, exc)
+                return
+            if listed and self.cfg.model not in listed:
+                shown = ", ".join(repr(m) for m in listed[:8]) + (" ..." if len(listed) > 8 else "")
+                raise BackendRequestError(f"{url} does not list the model {self.cfg.model!r} (it serves {shown}); "
+                                          "pass one of these as --llm-model")
 
     def _one(self, messages, sampling, stop_when, grammar) -> Generation:
         t0 = time.perf_counter()
