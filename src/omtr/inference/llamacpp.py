@@ -160,10 +160,18 @@ class LlamaCppServer:
     def log_tail(self, chars: int = 2000) -> str:
         return " ".join(self.log_text()[-chars:].split())
 
-    def __enter__(self) -> "LlamaCppServer":
-        return self.start().wait_ready()
-
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """Stop the server and remove its log."""
         self.stop()
         self._log.close()
         self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "LlamaCppServer":
+        try:
+            return self.start().wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.close()
