@@ -112,8 +112,9 @@ class LlamaCppServer:
         """Start the process; does not wait (see :meth:`wait_ready`)."""
         if not self.gguf.is_file():
             raise LlamaCppError(f"GGUF file {self.gguf} does not exist")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the log follows the requests as they are served
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self._t0 = time.perf_counter()
         log.info("llama.cpp server starting on %s (pid %d, log %s)", self.url, self.proc.pid, self.log_path)
         return self
