@@ -21,6 +21,7 @@ def test_missing_server_is_one_line_naming_the_extra(monkeypatch, tmp_path):
                                                      r"pip install -e '\.\[llamacpp\]'"):
         srv.command()
     srv.close()
+    assert srv.log_path is None, "nothing started, no log file left behind"
 
 
 def test_a_server_that_exits_at_once_is_an_error_with_its_log(tmp_path):
@@ -33,6 +34,6 @@ def test_a_server_that_exits_at_once_is_an_error_with_its_log(tmp_path):
                                                      r"(No module named llama_cpp|error|Error)"):
         with srv:
             pass
-    assert not srv.log_path.exists()
+    assert srv.log_path is not None and not srv.log_path.exists()
     with pytest.raises(llamacpp.LlamaCppError, match="does not exist"):
         llamacpp.LlamaCppServer(tmp_path / "absent.gguf", python=sys.executable).start()

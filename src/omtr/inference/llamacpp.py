@@ -93,8 +93,8 @@ class LlamaCppServer:
         self.python = python or server_python()
         self.extra_args = tuple(extra_args)
         self.proc: subprocess.Popen | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="omtr-llamacpp-", suffix=".log", delete=False)
-        self.log_path = Path(self._log.name)
+        self._log = None  # the log file, made by start()
+        self.log_path: Path | None = None
         self.ready_s: float | None = None
 
     @property
@@ -112,8 +112,12 @@ class LlamaCppServer:
         """Start the process; does not wait (see :meth:`wait_ready`)."""
         if not self.gguf.is_file():
             raise LlamaCppError(f"GGUF file {self.gguf} does not exist")
+        command = self.command()
+        if self._log is None:
+            self._log = tempfile.NamedTemporaryFile(prefix="omtr-llamacpp-", suffix=".log", delete=False)
+            self.log_path = Path(self._log.name)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the log follows the requests as they are served
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         self._t0 = time.perf_counter()
         log.info("llama.cpp server starting on %s (pid %d, log %s)", self.url, self.proc.pid, self.log_path)
@@ -155,6 +159,8 @@ class LlamaCppServer:
                 continue
 
     def log_text(self) -> str:
+        if self._log is None or self.log_path is None:
+            return ""
         self._log.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
@@ -164,8 +170,10 @@ class LlamaCppServer:
     def close(self) -> None:
         """Stop the server and remove its log."""
         self.stop()
-        self._log.close()
-        self.log_path.unlink(missing_ok=True)
+        if self._log is not None and self.log_path is not None:
+            self._log.close()
+            self.log_path.unlink(missing_ok=True)
+            self._log = None
 
     def __enter__(self) -> "LlamaCppServer":
         try:
