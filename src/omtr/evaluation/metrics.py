@@ -15,9 +15,27 @@ planning episodes (``Episode.to_json()`` plus ``faithful``) and transfer answers
 * ``calls``: mean planner calls per task.
 * ``heatmap``: after each step h, the share of each diagnostic category among tasks still unsolved
   (and the dominant one).
-* ``judge``: the Judge's score on the Actor's spec, mean ± sd over U (unsolved), D (solved,
-  drifting) and F (solved, faithful), and the F-vs-D AUC (omtr.faithfulness.separation).
+* ``judge``: the Judge's scores, mean ± sd over U (unsolved), D (solved, drifting) and F (solved,
+  faithful), and the F-vs-D AUC with a bootstrap interval, on two candidate pools: ``pooled`` (the
+  paper's, appendix H.9: every spec the episode wrote — the Actor's, the Editor's intermediate
+  repairs and the final one — each once) and ``actor`` (the Actor's spec only). The top-level
+  ``U``/``D``/``F``/``auc_f_vs_d`` are the pooled figures.
+* ``limits``: planner calls ended by a limit (CPU time, memory, omtr's input size). They count as
+  failed calls, as in the paper, and are reported apart so a time-out is never mistaken for a
+  wrong spec.
+* ``planetarium``: Planetarium's three rates over the final specs: ``parseable`` (the PDDL parses),
+  ``solvable`` (the planner finds a plan VAL accepts: ``success``) and ``equivalent`` (the
+  reference checker finds no drift: faithful success), each over all tasks.
+* ``identical_to_reference``: solved final specs equal to the task's reference up to layout,
+  comments and case (judged faithful without the checker's mapping search).
 * ``transfer``: exact match per transfer benchmark, scored by the task suite's scorers.
+
+Tasks are grouped into *sets*: a PlanBench configuration (``planbench/blocksworld``,
+``planbench/blocksworld_3``, ...) or, for generated tasks, the family (``gripper``); a PlanBench
+configuration and generated tasks of the same family are never merged. ``paper_average`` is the
+paper's "Avg.": the mean over its four domains, BlocksWorld, Mystery BlocksWorld, Logistics and
+Gripper (each read from PlanBench's main configuration when present, else the generated family);
+every set, Depots included, is also reported on its own under ``families``.
 """
 
 from __future__ import annotations
@@ -31,7 +49,18 @@ import numpy as np
 from omtr.faithfulness.separation import auc, mean_sd
 from omtr.spec.categories import Category
 
-PLANBENCH_FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
+PAPER_DOMAINS = ("blocksworld", "mystery_blocksworld", "logistics", "gripper")
+# where each of the paper's domains is read from: the first set present wins
+PAPER_SETS = {
+    "blocksworld": ("planbench/blocksworld", "blocksworld"),
+    "mystery_blocksworld": ("planbench/mystery_blocksworld", "mystery_blocksworld"),
+    "logistics": ("planbench/logistics", "logistics"),
+    "gripper": ("gripper",),
+}
+PAPER_AVERAGE_NAME = "paper average (BlocksWorld, Mystery BlocksWorld, Logistics, Gripper)"
+# display order of sets: the paper's domains first, then Depots, then anything else
+FAMILY_ORDER = ("blocksworld", "mystery_blocksworld", "logistics", "gripper", "depots")
+LIMITS = ("timed_out", "memory_out", "too_large")
 CATEGORIES = tuple(c.value for c in Category)
 MAX_H = 5
 
@@ -133,24 +162,157 @@ def planning_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0
     block["heatmap"] = heat
     block["final_categories"] = dict(Counter(_cat((r.get("steps") or [{}])[-1]) for r in recs if r.get("steps")).most_common())
 
-    # the Judge on the Actor's spec: U if that spec failed; if it succeeded, the episode ended there and
-    # the final spec's faithfulness (D or F) is the Actor's
-    by: dict[str, list[float]] = {"U": [], "D": [], "F": []}
-    for r, g in zip(recs, groups):
-        score = r.get("judge_score")
-        actor_group = g if r.get("actor_success") else "U"
-        if score is not None and actor_group in by:
-            by[actor_group].append(float(score))
-    if any(by.values()):
-        judge: dict[str, Any] = {}
-        for g in ("U", "D", "F"):
-            m, sd = mean_sd(by[g])
-            judge[g] = {"n": len(by[g]), "mean": _r(m), "sd": _r(sd)}
-        judge["auc_f_vs_d"] = _r(auc(by["F"], by["D"]))
-        block["judge"] = judge
-    else:
-        block["judge"] = None
+    block["identical_to_reference"] = sum(bool((r.get("faithful") or {}).get("identical")) for r in recs)
+    block["limits"] = limits_block(recs)
+    block["planetarium"] = {
+        "parseable": bs.rate([_parseable(r) for r in recs]),
+        "solvable": block["success"],
+        "equivalent": block["faithful"],
+    }
+    block["judge"] = judge_block(recs, groups, bs)
     return block
+
+
+def _parseable(rec: dict) -> bool:
+    """Planetarium's "parseable": the final spec was found and parses (any verdict but ``syntax``)."""
+    steps = rec.get("steps") or []
+    if not steps:
+        return False
+    v = steps[-1].get("verdict") or {}
+    return bool(v.get("success")) or (v.get("category") not in (None, "syntax"))
+
+
+def limits_block(recs: Sequence[dict]) -> dict[str, Any]:
+    """Planner calls a limit ended (each still a failed call), and the tasks they touched."""
+    out: dict[str, Any] = {k: 0 for k in LIMITS}
+    tasks = final = 0
+    for r in recs:
+        steps = r.get("steps") or []
+        hit = [any((s.get("verdict") or {}).get(k) for k in LIMITS) for s in steps]
+        for s in steps:
+            for k in LIMITS:
+                out[k] += bool((s.get("verdict") or {}).get(k))
+        tasks += any(hit)
+        final += bool(hit and hit[-1])
+    out["calls"] = sum(out[k] for k in LIMITS)
+    out["tasks"], out["final"] = tasks, final  # tasks with any limited call; tasks whose last call was one
+    return out
+
+
+def judge_candidates(recs: Sequence[dict], groups: Sequence[str]) -> dict[str, list[tuple[int, float, str]]]:
+    """(task index, Judge score, group) per scored candidate: ``actor`` and ``pooled`` pools.
+
+    Within an episode only the last spec can be solved (the loop stops at the first success), so
+    every earlier spec is U and the last is U, D or F as the task's final spec. A step without a
+    score (a policy that scores only the Actor's spec) is left out of the pooled pool."""
+    actor: list[tuple[int, float, str]] = []
+    pooled: list[tuple[int, float, str]] = []
+    for i, (r, g) in enumerate(zip(recs, groups)):
+        steps = r.get("steps") or []
+        for j, st in enumerate(steps):
+            score = st.get("judge_score")
+            if score is None and j == 0:
+                score = r.get("judge_score")
+            if score is None:
+                continue
+            solved = bool((st.get("verdict") or {}).get("success"))
+            cg = (g if j == len(steps) - 1 else "U") if solved else "U"
+            if cg in ("U", "D", "F"):
+                pooled.append((i, float(score), cg))
+                if j == 0:
+                    actor.append((i, float(score), cg))
+        if not steps and r.get("judge_score") is not None:
+            actor.append((i, float(r["judge_score"]), "U"))
+            pooled.append((i, float(r["judge_score"]), "U"))
+    return {"actor": actor, "pooled": pooled}
+
+
+def weighted_auc(pos: np.ndarray, pos_w: np.ndarray, neg: np.ndarray, neg_w: np.ndarray) -> float | None:
+    """P(a positive scores above a negative), ties one half, each candidate counted ``w`` times."""
+    wp, wn = float(pos_w.sum()), float(neg_w.sum())
+    if wp <= 0 or wn <= 0:
+        return None
+    order = np.argsort(neg, kind="stable")
+    ns, nw = neg[order], np.concatenate([[0.0], np.cumsum(neg_w[order])])
+    lo = nw[np.searchsorted(ns, pos, side="left")]
+    hi = nw[np.searchsorted(ns, pos, side="right")]
+    return float(((lo + 0.5 * (hi - lo)) * pos_w).sum() / (wp * wn))
+
+
+def auc_rate(cands: Sequence[tuple[int, float, str]], bs: Bootstrap) -> dict[str, Any]:
+    """F-vs-D AUC over candidates with a percentile interval from resampling tasks (candidates
+    travel with their task)."""
+    f = [(i, s) for i, s, g in cands if g == "F"]
+    d = [(i, s) for i, s, g in cands if g == "D"]
+    out: dict[str, Any] = {"n_f": len(f), "n_d": len(d)}
+    fi, fs = np.array([i for i, _ in f], dtype=int), np.array([s for _, s in f], dtype=float)
+    di, ds = np.array([i for i, _ in d], dtype=int), np.array([s for _, s in d], dtype=float)
+    value = weighted_auc(fs, np.ones(len(fs)), ds, np.ones(len(ds))) if f and d else None
+    out["value"] = _r(value)
+    if value is None or bs.idx is None:
+        out["ci"] = [None, None]
+        return out
+    boots = []
+    for row in bs.idx:
+        counts = np.bincount(row, minlength=bs.n).astype(float)
+        a = weighted_auc(fs, counts[fi], ds, counts[di])
+        if a is not None:
+            boots.append(a)
+    out["ci"] = ([_r(float(np.percentile(boots, 2.5))), _r(float(np.percentile(boots, 97.5)))]
+                 if boots else [None, None])
+    return out
+
+
+def _judge_pool(cands: Sequence[tuple[int, float, str]], bs: Bootstrap) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for g in ("U", "D", "F"):
+        vals = [s for _, s, cg in cands if cg == g]
+        m, sd = mean_sd(vals)
+        out[g] = {"n": len(vals), "mean": _r(m), "sd": _r(sd)}
+    out["auc"] = auc_rate(cands, bs)
+    out["candidates"] = len(cands)
+    return out
+
+
+def judge_block(recs: Sequence[dict], groups: Sequence[str], bs: Bootstrap) -> dict[str, Any] | None:
+    """The Judge on the paper's pooled candidates and on the Actor's specs alone (None: no scores)."""
+    c = judge_candidates(recs, groups)
+    if not c["actor"] and not c["pooled"]:
+        return None
+    pooled, actor = _judge_pool(c["pooled"], bs), _judge_pool(c["actor"], bs)
+    out: dict[str, Any] = {g: pooled[g] for g in ("U", "D", "F")}
+    out["auc_f_vs_d"] = pooled["auc"]["value"]
+    out["auc_ci"] = pooled["auc"]["ci"]
+    out["pooled"], out["actor"] = pooled, actor
+    out["unscored_steps"] = sum(len(r.get("steps") or []) for r in recs) - len(c["pooled"])
+    return out
+
+
+def paper_average(families: dict[str, dict]) -> dict[str, Any]:
+    """The paper's "Avg.": mean success (and faithful success) over its four domains, each read from
+    the first of ``PAPER_SETS[domain]`` present in ``families`` (set -> planning block)."""
+    sets = {d: next((k for k in PAPER_SETS[d] if k in families), None) for d in PAPER_DOMAINS}
+    present = [d for d in PAPER_DOMAINS if sets[d]]
+
+    def mean(key: str) -> float | None:
+        vals = [(families[sets[d]].get(key) or {}).get("value") for d in present]
+        vals = [v for v in vals if v is not None]
+        return _r(sum(vals) / len(vals)) if vals and len(vals) == len(present) else None
+
+    return {"name": PAPER_AVERAGE_NAME, "domains": list(PAPER_DOMAINS), "sets": {d: sets[d] for d in present},
+            "missing": [d for d in PAPER_DOMAINS if not sets[d]], "complete": len(present) == len(PAPER_DOMAINS),
+            "success": mean("success") if present else None, "faithful": mean("faithful") if present else None}
+
+
+def set_key(rec: dict) -> str:
+    """The set a trace record is reported under (see the module docstring)."""
+    return str(rec.get("set") or rec.get("family") or "none")
+
+
+def _set_order(key: str) -> tuple:
+    fam = key.split("/", 1)[1] if key.startswith("planbench/") else key
+    base = next((f for f in FAMILY_ORDER if fam == f or fam.startswith(f + "_")), None)
+    return (FAMILY_ORDER.index(base) if base else len(FAMILY_ORDER), not key.startswith("planbench/"), key)
 
 
 def _mean_ci(bs: Bootstrap, values: Sequence[float]) -> list[float | None]:
@@ -182,14 +344,15 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     out["policy"], out["budget"], out["tasks"] = policy, budget, len(records)
     fams: dict[str, list[dict]] = {}
     for r in planning:
-        fams.setdefault(r.get("family") or "none", []).append(r)
-    out["families"] = {f: planning_block(rs, bootstrap=bootstrap, seed=seed, budget=budget) for f, rs in sorted(fams.items())}
-    pb = [f for f in PLANBENCH_FAMILIES if f in fams]
-    out["planbench_average"] = {
-        "families": pb,
-        "success": _r(sum(out["families"][f]["success"]["value"] for f in pb) / len(pb)) if pb else None,
-        "faithful": _r(sum(out["families"][f]["faithful"]["value"] or 0 for f in pb) / len(pb)) if pb else None,
-    }
+        fams.setdefault(set_key(r), []).append(r)
+    out["families"] = {}
+    for f in sorted(fams, key=_set_order):
+        block = planning_block(fams[f], bootstrap=bootstrap, seed=seed, budget=budget)
+        block["family"] = fams[f][0].get("family")
+        out["families"][f] = block
+    out["paper_average"] = paper_average(out["families"])
+    out["identical_to_reference"] = overall["identical_to_reference"] if overall else 0
+    out["limits"] = overall["limits"] if overall else None
     out["overall"] = overall
     tfam: dict[str, list[dict]] = {}
     for r in transfer:

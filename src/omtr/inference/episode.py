@@ -207,7 +207,9 @@ class _Runner:
         role, batch = self._take_batch()
         prompts = [self._prompt(role, i) for i in batch]
         t = time.perf_counter()
-        gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete)
+        # a policy that answers by task id (a replay of fixed attempts) gets the ids beside the prompts
+        by_id = {"task_ids": [self.episodes[i].task.id for i in batch]} if getattr(self.policy, "routes_by_id", False) else {}
+        gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete, **by_id)
         gen_ms = (time.perf_counter() - t) * 1000
         if len(gens) != len(batch):
             raise RuntimeError(f"the policy returned {len(gens)} generations for {len(batch)} prompts")
