@@ -64,7 +64,9 @@ def test_compare_renders_html_and_markdown(task_file, tmp_path, capsys):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     html = (tmp_path / "cmp" / "compare.html").read_text()
     assert "| oracle | 100.0 | 100.0 | 0.0 |" in md and "| mutant:drop_goal_atom | 100.0 | 0.0 | 100.0 |" in md
-    assert html.count("<table") == 4 and "CSR(h)" in html
+    assert html.count("<table") == 7 and "CSR(h)" in html
+    # the mutant loses every faithful success on the same tasks: a paired difference with no spread
+    assert "| mutant:drop_goal_atom | +0.0 [+0.0, +0.0] | -100.0 [-100.0, -100.0] | +100.0 [+100.0, +100.0] |" in md
     assert main(["evaluate", "compare", str(tmp_path / "nothing-here")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
 

@@ -103,6 +103,7 @@ def run(args) -> int:
     import time
 
     from omtr.config import ConfigError, EpisodeConfig, SolverConfig
+    from omtr.evaluation.provenance import RunMismatch
     from omtr.evaluation.run import EvalConfig, evaluate
     from omtr.inference.backends import BackendError
     from omtr.inference.registry import UnknownPolicy, make_policy
@@ -162,7 +163,11 @@ def run(args) -> int:
         with verifier as pool:
             pool_s = time.perf_counter() - t
             metrics = evaluate(tasks, policy, args.out, env=pool, config=cfg, policy_name=args.policy,
-                               resume=args.resume, progress=bar.update)
+                               resume=args.resume, progress=bar.update, solver_config=solver_cfg,
+                               run_info={"backend": args.backend if _uses_backend(args.policy) else None,
+                                         "model": args.model, "tasks_file": args.tasks})
+    except RunMismatch as exc:
+        raise CliError(str(exc)) from None
     except BackendError as exc:
         raise CliError(f"{exc} (finished tasks are kept; rerun with --resume)") from None
     except FleetError as exc:
@@ -183,6 +188,13 @@ def run(args) -> int:
     return 0
 
 
+def _uses_backend(policy: str) -> bool:
+    from omtr.inference.registry import ALIASES, BASELINES
+
+    kind = policy.partition(":")[0].lower()
+    return ALIASES.get(kind, kind) in BASELINES
+
+
 def _print(m: dict, out: str) -> None:
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"
@@ -193,6 +205,24 @@ def _print(m: dict, out: str) -> None:
     for f, b in (m.get("families") or {}).items():
         print(f"  {f}: {b['tasks']} tasks, success {pct(b['success']['value'])}, faithful "
               f"{pct(b['faithful']['value'])}, drift {pct(b['drift']['value'])}, calls {b['calls']['value']}")
+    avg = m.get("paper_average") or {}
+    if avg.get("sets"):
+        print(f"{avg['name']}: success {pct(avg['success'])}, faithful {pct(avg['faithful'])}"
+              + ("" if avg.get("complete") else f" (missing: {', '.join(avg['missing'])})"))
+    pl = (m.get("overall") or {}).get("planetarium")
+    if pl:
+        print("Planetarium view: parseable {}  solvable {}  equivalent {}".format(
+            *(pct(pl[k]["value"]) for k in ("parseable", "solvable", "equivalent"))))
+    lim = m.get("limits") or {}
+    if lim.get("calls"):
+        print(f"planner limits: {lim['timed_out']} time-outs, {lim['memory_out']} memory-outs, "
+              f"{lim['too_large']} too large (counted as failed calls)")
+    print(f"identical to reference: {m.get('identical_to_reference', 0)} solved final specs")
+    pf = m.get("policy_file")
+    if pf:
+        print(f"attempts file: {pf['attempts']} attempts for {pf['tasks_with_attempts']} tasks; "
+              f"{pf['beyond_budget']['attempts']} beyond K, {pf['unknown_ids']['lines']} lines with unknown ids, "
+              f"{pf['no_attempt']['count']} tasks with no attempt")
     dc = ((m.get("overall") or {}).get("drift_categories") or {})
     if dc:
         print("drift categories: " + ", ".join(f"{c} {v['count']}" for c, v in dc.items()))
@@ -232,6 +262,11 @@ def _track(args, metrics: dict) -> None:
         for k in ("success", "faithful", "drift"):
             if b[k]["value"] is not None:
                 flat[f"{f}.{k}"] = b[k]["value"]
+    avg = metrics.get("paper_average") or {}
+    if avg.get("complete"):
+        flat["paper_average.success"] = avg["success"]
+        if avg.get("faithful") is not None:
+            flat["paper_average.faithful"] = avg["faithful"]
     for c in ((metrics.get("overall") or {}).get("csr") or []):
         flat[f"csr.h{c['h']}"] = c["value"] or 0.0
     with start_run(args.experiment, f"evaluate-{args.policy}"):
@@ -244,11 +279,11 @@ def _track(args, metrics: dict) -> None:
 def _compare(folders: list[str], out: str | None) -> int:
     if not folders:
         raise CliError("compare needs at least one evaluation folder: omtr evaluate compare DIR...")
-    from omtr.evaluation.report import compare
+    from omtr.evaluation.report import CompareError, compare
 
     try:
         html_text, md = compare(folders)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, CompareError) as exc:
         raise CliError(str(exc)) from None
     if out:
         os.makedirs(out, exist_ok=True)

@@ -361,3 +361,53 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
                         "families": {f: transfer_block(rs, bootstrap=bootstrap, seed=seed) for f, rs in sorted(tfam.items())}}
                        if transfer else None)
     return out
+
+
+def _indicators(recs: Sequence[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per task: (hits, mask) of each rate ``paired_differences`` compares."""
+    groups = [_group(r) for r in recs]
+    solved = np.array([bool(r.get("success")) for r in recs], dtype=float)
+    has_ref = np.array([bool((r.get("faithful") or {}).get("reference")) for r in recs])
+    checked = np.array([g in ("D", "F") for g in groups])
+    ones = np.ones(len(recs), dtype=bool)
+    return {
+        "success": (solved, ones),
+        "faithful": (np.array([g == "F" for g in groups], dtype=float), has_ref),
+        "drift": (np.array([g == "D" for g in groups], dtype=float), checked),
+        "parseable": (np.array([_parseable(r) for r in recs], dtype=float), ones),
+        "actor_success": (np.array([bool(r.get("actor_success")) for r in recs], dtype=float), ones),
+        "calls": (np.array([float(r.get("planner_calls") or 0) for r in recs]), ones),
+    }
+
+
+PAIRED_RATES = ("success", "faithful", "drift", "parseable", "actor_success", "calls")
+
+
+def paired_differences(a: Sequence[dict], b: Sequence[dict], *, bootstrap: int = 1000,
+                       seed: int = 0) -> dict[str, Any]:
+    """B minus A for each rate over the planning tasks both runs have, with a paired percentile
+    bootstrap 95% interval: each resample draws tasks once and scores both runs on them."""
+    ra = {str(r["id"]): r for r in a if r.get("kind", "planning") == "planning"}
+    rb = {str(r["id"]): r for r in b if r.get("kind", "planning") == "planning"}
+    shared = sorted(set(ra) & set(rb))
+    out: dict[str, Any] = {"shared": len(shared), "only_a": len(set(ra) - set(rb)), "only_b": len(set(rb) - set(ra))}
+    ia, ib = _indicators([ra[i] for i in shared]), _indicators([rb[i] for i in shared])
+    bs = Bootstrap(len(shared), bootstrap, seed)
+
+    def ratio(h: np.ndarray, m: np.ndarray) -> float | None:
+        return float(h[m].mean()) if m.any() else None
+
+    for key in PAIRED_RATES:
+        (ha, ma), (hb, mb) = ia[key], ib[key]
+        va, vb = ratio(ha, ma), ratio(hb, mb)
+        d: dict[str, Any] = {"a": _r(va), "b": _r(vb), "diff": _r(vb - va) if va is not None and vb is not None else None,
+                             "ci": [None, None]}
+        if d["diff"] is not None and bs.idx is not None:
+            sa, na = (ha * ma)[bs.idx].sum(1), ma[bs.idx].sum(1)
+            sb, nb = (hb * mb)[bs.idx].sum(1), mb[bs.idx].sum(1)
+            ok = (na > 0) & (nb > 0)
+            diffs = sb[ok] / nb[ok] - sa[ok] / na[ok]
+            if len(diffs):
+                d["ci"] = [_r(float(np.percentile(diffs, 2.5))), _r(float(np.percentile(diffs, 97.5)))]
+        out[key] = d
+    return out

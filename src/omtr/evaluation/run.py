@@ -122,6 +122,21 @@ def score_steps(policy, episode) -> None:
         s.judge_score = float(v)
 
 
+def read_traces(path: Path) -> list[dict]:
+    """The records of a trace file, read only (a cut-short last line is skipped, not removed)."""
+    if not path.exists():
+        return []
+    out: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+                out[str(rec["id"])] = rec
+            except (ValueError, KeyError, TypeError):
+                continue
+    return list(out.values())
+
+
 def same_spec(a: tuple[str, str], b: tuple[str, str]) -> bool:
     """Equal after normalising layout, comments and case (as the solver's cache keys specs)."""
     from omtr.solver.cache import normalise
