@@ -15,6 +15,7 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy self-refine --backend openai:http://127.0.0.1:8000/v1 --llm-model qwen \\
       --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
   omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
+  omtr evaluate --policy tot --backend hf:small --tot-breadth 3 --tot-beam 2 --tasks bw.jsonl --out eval/tot
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
   omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \\
       --solver-url http://omtr-solver.omtr:8600                                  # verify on the solver fleet
@@ -55,6 +56,13 @@ def register(sub) -> None:
     p.add_argument("--llm-retries", type=int, default=4, metavar="N", help="retries on 429/5xx/time-outs (openai:)")
     p.add_argument("--grammar", default="none", choices=("none", "vllm", "vllm-legacy", "llamacpp"),
                    help="send omtr's PDDL grammar to the server (openai:) where it supports it")
+    p.add_argument("--baseline-grammar", default="on", choices=("on", "off"),
+                   help="baselines write specs under omtr's PDDL grammar where the backend can, as the model does "
+                        "(default on)")
+    p.add_argument("--tot-breadth", type=int, default=None, metavar="N", help="ToT: thoughts expanded per state (default 2)")
+    p.add_argument("--tot-beam", type=int, default=None, metavar="N", help="ToT: states kept per stage (default 2)")
+    p.add_argument("--tot-thought-tokens", type=int, default=None, metavar="N",
+                   help="ToT: token limit of one thought (default 160)")
     p.add_argument("--budget", type=int, default=None, metavar="K", help="planner calls per task (default 6)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
@@ -138,7 +146,8 @@ def run(args) -> int:
     t = time.perf_counter()
     try:
         policy = make_policy(args.policy, tasks=tasks, model=args.model, backend=args.backend, budget=budget,
-                             seed=args.seed, device=args.device,
+                             seed=args.seed, device=args.device, grammar=args.baseline_grammar == "on",
+                             breadth=args.tot_breadth, beam=args.tot_beam, thought_tokens=args.tot_thought_tokens,
                              backend_options={k: v for k, v in backend_options.items() if v is not None})
     except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:
         raise CliError(str(exc)) from None

@@ -166,9 +166,12 @@ def faithfulness(task, ep_json: dict, *, full_check: bool = False) -> dict[str, 
 
 
 def text_answers(policy, tasks: Sequence, sampling) -> dict[str, str]:
-    """Transfer tasks answered in text: a harness's stored answer, else one greedy generation."""
+    """Transfer tasks answered in text: a harness's stored answer, a baseline's own method, else one
+    greedy generation of the role model."""
     if hasattr(policy, "answer"):
         return {t.id: policy.answer(t) for t in tasks}
+    if hasattr(policy, "answer_texts"):  # a baseline: its own method on a free-text task
+        return dict(zip([t.id for t in tasks], policy.answer_texts([t.nl for t in tasks], sampling)))
     msgs = [[{"role": "user", "content": t.nl}] for t in tasks]
     backend = getattr(policy, "backend", None)
     if backend is not None:  # a baseline: ask its LLM directly

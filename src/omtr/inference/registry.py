@@ -76,8 +76,11 @@ def _baseline_factory(key: str):
         be = backend if not isinstance(backend, str) and backend is not None else make_backend(
             arg or backend or "hf:small", **options.get("backend_options", {}))
         kw = {"seed": options.get("seed", 0)}
+        if options.get("grammar") is not None:
+            kw["grammar"] = bool(options["grammar"])
         if key == "tot":
             kw["budget"] = budget
+            kw.update({k: options[k] for k in ("breadth", "beam", "thought_tokens") if options.get(k) is not None})
         return baseline(key, be, **kw)
 
     return factory
