@@ -15,6 +15,7 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy self-refine --backend openai:http://127.0.0.1:8000/v1 --llm-model qwen \\
       --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
   omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
+  omtr evaluate --policy plan:zero-shot --backend hf:small --tasks planbench.jsonl --limit 20 --out eval/plan
   omtr evaluate --policy tot --backend hf:small --tot-breadth 3 --tot-beam 2 --tasks bw.jsonl --out eval/tot
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
   omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \\
@@ -149,7 +150,7 @@ def run(args) -> int:
                              seed=args.seed, device=args.device, grammar=args.baseline_grammar == "on",
                              breadth=args.tot_breadth, beam=args.tot_beam, thought_tokens=args.tot_thought_tokens,
                              backend_options={k: v for k, v in backend_options.items() if v is not None})
-    except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:
+    except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:  # PlanPolicyError is a ValueError
         raise CliError(str(exc)) from None
     policy_s = time.perf_counter() - t
 
@@ -235,6 +236,12 @@ def _print(m: dict, out: str) -> None:
     dc = ((m.get("overall") or {}).get("drift_categories") or {})
     if dc:
         print("drift categories: " + ", ".join(f"{c} {v['count']}" for c, v in dc.items()))
+    pg = m.get("plan_generation")
+    if pg:
+        print(f"plan generation (VAL on the reference): {pct(pg['overall']['valid']['value'])} valid of "
+              f"{pg['overall']['tasks']}")
+        for f, b in pg["families"].items():
+            print(f"  {f}: {b['tasks']} tasks, valid {pct(b['valid']['value'])}")
     t = m.get("transfer")
     if t:
         print(f"transfer exact match: {pct(t['overall']['exact_match']['value'])} of {t['overall']['tasks']}")
@@ -271,6 +278,11 @@ def _track(args, metrics: dict) -> None:
         for k in ("success", "faithful", "drift"):
             if b[k]["value"] is not None:
                 flat[f"{f}.{k}"] = b[k]["value"]
+    pg = metrics.get("plan_generation")
+    if pg:
+        flat["plan_valid"] = pg["overall"]["valid"]["value"]
+        for f, b in pg["families"].items():
+            flat[f"{f}.plan_valid"] = b["valid"]["value"]
     avg = metrics.get("paper_average") or {}
     if avg.get("complete"):
         flat["paper_average.success"] = avg["success"]

@@ -29,6 +29,8 @@ planning episodes (``Episode.to_json()`` plus ``faithful``) and transfer answers
 * ``identical_to_reference``: solved final specs equal to the task's reference up to layout,
   comments and case (judged faithful without the checker's mapping search).
 * ``transfer``: exact match per transfer benchmark, scored by the task suite's scorers.
+* ``plan_generation`` (``plan:`` policies, PlanBench's protocol): the share of answers whose plan VAL
+  accepts on the reference domain and problem, per set.
 
 Tasks are grouped into *sets*: a PlanBench configuration (``planbench/blocksworld``,
 ``planbench/blocksworld_3``, ...) or, for generated tasks, the family (``gripper``); a PlanBench
@@ -323,6 +325,14 @@ def _mean_ci(bs: Bootstrap, values: Sequence[float]) -> list[float | None]:
     return [_r(float(np.percentile(boots, 2.5)), 3), _r(float(np.percentile(boots, 97.5)), 3)]
 
 
+def plan_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """PlanBench's plan accuracy: the share of answers whose plan VAL accepts on the reference."""
+    bs = Bootstrap(len(recs), bootstrap, seed)
+    return {"tasks": len(recs), "valid": bs.rate([bool(r.get("valid")) for r in recs]),
+            "read": sum(bool(r.get("plan")) for r in recs),
+            "skipped_lines": sum(int(r.get("skipped_lines") or 0) for r in recs)}
+
+
 def transfer_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
     bs = Bootstrap(len(recs), bootstrap, seed)
     return {"tasks": len(recs), "exact_match": bs.rate([bool(r.get("correct")) for r in recs]),
@@ -335,6 +345,7 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     records = list(records)
     planning = [r for r in records if r.get("kind", "planning") == "planning"]
     transfer = [r for r in records if r.get("kind") == "transfer"]
+    plans = [r for r in records if r.get("kind") == "plan"]
     out: dict[str, Any] = {}
     overall = planning_block(planning, bootstrap=bootstrap, seed=seed, budget=budget) if planning else None
     out["success"] = overall["success"]["value"] if overall else None
@@ -354,6 +365,13 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     out["identical_to_reference"] = overall["identical_to_reference"] if overall else 0
     out["limits"] = overall["limits"] if overall else None
     out["overall"] = overall
+    if plans:
+        psets: dict[str, list[dict]] = {}
+        for r in plans:
+            psets.setdefault(set_key(r), []).append(r)
+        out["plan_generation"] = {"overall": plan_block(plans, bootstrap=bootstrap, seed=seed),
+                                  "families": {f: plan_block(psets[f], bootstrap=bootstrap, seed=seed)
+                                               for f in sorted(psets, key=_set_order)}}
     tfam: dict[str, list[dict]] = {}
     for r in transfer:
         tfam.setdefault(r.get("family") or "none", []).append(r)

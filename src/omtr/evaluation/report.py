@@ -225,6 +225,13 @@ def render_html(metrics: dict, out: Path) -> str:
         rows = [[f, b["tasks"], _ci(b["exact_match"])] for f, b in t["families"].items()]
         rows.append(["all", t["overall"]["tasks"], _ci(t["overall"]["exact_match"])])
         parts.append(_table(["benchmark", "tasks", "exact match"], rows))
+    pg = metrics.get("plan_generation")
+    if pg:
+        parts.append("<h2>Plan generation (PlanBench's protocol): plans VAL accepts on the reference</h2>")
+        rows = [[f, b["tasks"], _ci(b["valid"]), b["read"], b["skipped_lines"]] for f, b in pg["families"].items()]
+        o2 = pg["overall"]
+        rows.append(["all", o2["tasks"], _ci(o2["valid"]), o2["read"], o2["skipped_lines"]])
+        parts.append(_table(["set", "tasks", "valid plans", "answers with a plan", "lines skipped"], rows))
     pv = metrics.get("provenance")
     if pv:
         parts.append("<h2>Provenance</h2>")

@@ -260,6 +260,14 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
             k = policy.budget_for(str(t.id), cfg.budget) if hasattr(policy, "budget_for") else cfg.budget
             groups.setdefault(k, []).append(t)
         tl = time.perf_counter()
+        if getattr(policy, "writes_plans", False):  # PlanBench's protocol: plans checked by VAL, no episode loop
+            from omtr.evaluation.plans import score_plans
+
+            env_cfg = solver_config if solver_config is not None else getattr(env, "config", None)
+            for rec in score_plans(policy, planning, sampling, batch_size=cfg.batch_size, solver_config=env_cfg):
+                rec["set"], rec["policy"] = benchmark_set(by_id[str(rec["id"])]), name
+                write(rec)
+            groups = {}
         for k, group in sorted(groups.items()):
             run_episodes(group, policy, env, budget=k, sampling=sampling, batch_size=cfg.batch_size,
                          judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
