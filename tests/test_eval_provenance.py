@@ -134,3 +134,12 @@ def test_paired_differences_on_a_hand_made_pair_of_runs():
     assert d["calls"]["ci"] == [1.0, 1.0]  # B spends one more call on every task
     lo, hi = d["faithful"]["ci"]
     assert lo < 0 < 0.1 < hi  # task by task B gains 6 and 7 but loses 0: the interval spans zero
+
+
+def test_paired_differences_of_plan_runs():
+    a = [{"id": str(i), "kind": "plan", "valid": i < 2} for i in range(6)]
+    b = [{"id": str(i), "kind": "plan", "valid": i < 5} for i in range(6)]
+    d = paired_differences(a, b, bootstrap=500)
+    assert d["shared"] == 0 and d["plan_valid"]["diff"] == 0.5 and d["plan_valid"]["shared"] == 6
+    lo, hi = d["plan_valid"]["ci"]
+    assert 0.0 < lo <= 0.5 <= hi <= 1.0  # B is never worse task by task: the whole interval is above zero

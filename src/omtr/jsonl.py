@@ -23,23 +23,23 @@ class JsonlError(ValueError):
 def read_jsonl(path: str | os.PathLike, *, what: str = "file", objects: bool = True) -> Iterator[tuple[int, Any]]:
     """(line number, decoded value) for each non-blank line of ``path``."""
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, "rb")
     except FileNotFoundError:
         raise JsonlError(f"{path}: no such {what}") from None
     except OSError as exc:
         raise JsonlError(f"{path}: cannot read the {what} ({exc.strerror})") from None
     with fh:
-        n = 0
-        try:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise JsonlError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-                if objects and not isinstance(obj, dict):
-                    raise JsonlError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-                yield n, obj
-        except UnicodeDecodeError:
-            raise JsonlError(f"{path}:{n + 1}: not UTF-8 text") from None
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise JsonlError(f"{path}:{n}: not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JsonlError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.pos + 1})") from None
+            if objects and not isinstance(obj, dict):
+                raise JsonlError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+            yield n, obj

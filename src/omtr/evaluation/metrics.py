@@ -428,4 +428,17 @@ def paired_differences(a: Sequence[dict], b: Sequence[dict], *, bootstrap: int =
             if len(diffs):
                 d["ci"] = [_r(float(np.percentile(diffs, 2.5))), _r(float(np.percentile(diffs, 97.5)))]
         out[key] = d
+    pa = {str(r["id"]): r for r in a if r.get("kind") == "plan"}
+    pb = {str(r["id"]): r for r in b if r.get("kind") == "plan"}
+    pshared = sorted(set(pa) & set(pb))
+    if pshared:  # plan-generation runs: VAL-valid plans, paired the same way
+        ha = np.array([bool(pa[i].get("valid")) for i in pshared], dtype=float)
+        hb = np.array([bool(pb[i].get("valid")) for i in pshared], dtype=float)
+        pbs = Bootstrap(len(pshared), bootstrap, seed)
+        d = {"a": _r(float(ha.mean())), "b": _r(float(hb.mean())), "diff": _r(float(hb.mean() - ha.mean())),
+             "ci": [None, None], "shared": len(pshared)}
+        if pbs.idx is not None:
+            diffs = hb[pbs.idx].mean(1) - ha[pbs.idx].mean(1)
+            d["ci"] = [_r(float(np.percentile(diffs, 2.5))), _r(float(np.percentile(diffs, 97.5)))]
+        out["plan_valid"] = d
     return out

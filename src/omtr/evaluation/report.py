@@ -345,9 +345,19 @@ def comparison_tables(runs: Sequence[tuple[str, dict]], differences: Sequence[tu
 
         base = runs[0][0]
         n = differences[0][1]["shared"]
-        rows = [[name] + [_diff(d[k], pct=k != "calls") for k in PAIRED_RATES] for name, d in differences]
-        tables.append((f"Differences against {base}: points, paired bootstrap 95% over {n} shared tasks",
-                       ["run"] + [f"Δ {k}" for k in PAIRED_RATES], rows))
+        if n:
+            rows = [[name] + [_diff(d[k], pct=k != "calls") for k in PAIRED_RATES] for name, d in differences]
+            tables.append((f"Differences against {base}: points, paired bootstrap 95% over {n} shared tasks",
+                           ["run"] + [f"Δ {k}" for k in PAIRED_RATES], rows))
+        if any("plan_valid" in d for _, d in differences):
+            rows = [[name, _diff(d["plan_valid"]) if "plan_valid" in d else "–",
+                     str((d.get("plan_valid") or {}).get("shared", 0))] for name, d in differences]
+            tables.append((f"Plan generation: difference of VAL-valid plans against {base} (points, paired bootstrap 95%)",
+                           ["run", "Δ valid plans", "shared tasks"], rows))
+    if any(m.get("plan_generation") for _, m in runs):
+        rows = [[name, _pct((((m.get("plan_generation") or {}).get("overall") or {}).get("valid") or {}).get("value"))]
+                for name, m in runs]
+        tables.append(("Plan generation: VAL-valid plans (%)", ["run", "valid plans"], rows))
     return tables
 
 
