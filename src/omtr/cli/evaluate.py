@@ -217,8 +217,11 @@ def _print(m: dict, out: str) -> None:
               f"{pct(b['faithful']['value'])}, drift {pct(b['drift']['value'])}, calls {b['calls']['value']}")
     avg = m.get("paper_average") or {}
     if avg.get("sets"):
-        print(f"{avg['name']}: success {pct(avg['success'])}, faithful {pct(avg['faithful'])}"
-              + ("" if avg.get("complete") else f" (missing: {', '.join(avg['missing'])})"))
+        if avg.get("complete"):
+            print(f"{avg['name']}: success {pct(avg['success'])}, faithful {pct(avg['faithful'])}")
+        else:
+            print(f"{avg['name']}: not reported, missing {', '.join(avg['missing'])} (mean over "
+                  f"{', '.join(avg['sets'])}: success {pct(avg['partial_success'])})")
     pl = (m.get("overall") or {}).get("planetarium")
     if pl:
         print("Planetarium view: parseable {}  solvable {}  equivalent {}".format(

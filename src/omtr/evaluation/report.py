@@ -180,11 +180,13 @@ def render_html(metrics: dict, out: Path) -> str:
         parts.append("<h2>Success, faithful success, drift and gap per set [Tables 1, 3]</h2>")
         parts.append(_table(["set", "tasks", "success", "faithful", "drift", "gap", "calls"], _family_rows(metrics)))
         avg = metrics.get("paper_average") or {}
-        if avg.get("sets"):
-            note = "" if avg.get("complete") else f" (missing: {', '.join(avg['missing'])}; the paper's needs all four)"
+        if avg.get("sets") and avg.get("complete"):
             parts.append(f"<p>{html.escape(avg['name'])}: success {_pct(avg['success'])}%, faithful "
-                         f"{_pct(avg['faithful'])}%, over {html.escape(', '.join(avg['sets'].values()))}"
-                         f"{html.escape(note)}</p>")
+                         f"{_pct(avg['faithful'])}%, over {html.escape(', '.join(avg['sets'].values()))}</p>")
+        elif avg.get("sets"):
+            parts.append(f"<p>{html.escape(avg['name'])}: not reported, missing {html.escape(', '.join(avg['missing']))} "
+                         f"(mean over {html.escape(', '.join(avg['sets'].values()))}: success "
+                         f"{_pct(avg['partial_success'])}%)</p>")
         parts.append("<h2>Planetarium's rates: parseable, solvable, equivalent</h2>")
         rows = [[f, b["tasks"]] + [_ci(b["planetarium"][k]) for k in ("parseable", "solvable", "equivalent")]
                 for f, b in (metrics.get("families") or {}).items()]
