@@ -175,7 +175,8 @@ def run(args) -> int:
             metrics = evaluate(tasks, policy, args.out, env=pool, config=cfg, policy_name=args.policy,
                                resume=args.resume, progress=bar.update, solver_config=solver_cfg,
                                run_info={"backend": args.backend if _uses_backend(args.policy) else None,
-                                         "model": args.model, "tasks_file": args.tasks})
+                                         "model": args.model, "tasks_file": args.tasks,
+                                         "options": _policy_options(args)})
     except RunMismatch as exc:
         raise CliError(str(exc)) from None
     except BackendError as exc:
@@ -202,7 +203,17 @@ def _uses_backend(policy: str) -> bool:
     from omtr.inference.registry import ALIASES, BASELINES
 
     kind = policy.partition(":")[0].lower()
-    return ALIASES.get(kind, kind) in BASELINES
+    return ALIASES.get(kind, kind) in BASELINES or kind == "plan"
+
+
+def _policy_options(args) -> dict | None:
+    """The options that shape a baseline's answers (for the provenance)."""
+    if not _uses_backend(args.policy):
+        return None
+    out = {"baseline_grammar": args.baseline_grammar, "server_grammar": args.grammar, "llm_model": args.llm_model}
+    if args.policy.lower().startswith("tot"):
+        out.update(breadth=args.tot_breadth or 2, beam=args.tot_beam or 2, thought_tokens=args.tot_thought_tokens or 160)
+    return out
 
 
 def _print(m: dict, out: str) -> None:

@@ -212,7 +212,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
         traces.unlink()
     info = dict(run_info or {})
     provenance = {
-        "policy": name, "backend": info.get("backend"), "model": prov.model_info(info.get("model")),
+        "policy": name, "backend": info.get("backend"), "policy_options": info.get("options"),
+        "model": prov.model_info(info.get("model")),
         "budget": cfg.budget, "solver": solver, "tools": prov.tool_versions(), "omtr": prov.omtr_version(),
         "tasks": {"file": str(info["tasks_file"]) if info.get("tasks_file") else None,
                   "sha256": prov.sha256_file(info["tasks_file"]) if info.get("tasks_file") else None,
