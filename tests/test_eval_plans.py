@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from omtr.evaluation.plans import PlanPolicyError, read_plan, render_plan
+from omtr.evaluation.plans import PlanPolicyError, plan_complete, read_plan, render_plan
 from omtr.evaluation.run import EvalConfig, evaluate
 from omtr.inference.policy import Generation
 from omtr.inference.registry import make_policy
@@ -91,3 +91,10 @@ def test_cot_plan_prompt_and_unknown_method(tasks):
     assert "[PLAN]" in policy.messages("x")[-1]["content"]
     with pytest.raises(PlanPolicyError, match="unknown plan method 'tree'"):
         make_policy("plan:tree", tasks=tasks, backend=be)
+
+
+def test_decoding_stops_at_plan_end_or_a_loop():
+    assert plan_complete("[PLAN]\n(a)\n[PLAN END]")
+    assert not plan_complete("pick up the red block\nstack the red block on top of the blue block\n")
+    assert plan_complete("x\nattack object a\nattack object a\nattack object a\n")
+    assert not plan_complete("attack object a\nattack object a\nattack object a")  # the line may go on

@@ -141,6 +141,15 @@ def render_plan(actions: Sequence[str], task) -> str:
     return "\n".join(lines)
 
 
+def plan_complete(text: str) -> bool:
+    """Stop decoding once the plan is closed (``[PLAN END]``) or the answer repeats one line three
+    times in a row (a small model's loop: nothing after it is read)."""
+    if "[PLAN END]" in text:
+        return True
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return len(lines) >= 3 and lines[-1] == lines[-2] == lines[-3] and text.endswith("\n")
+
+
 class PlanPolicy:
     """An LLM that writes plans, not PDDL (PlanBench's protocol); sees only the NL task."""
 
@@ -162,7 +171,7 @@ class PlanPolicy:
     def plan_texts(self, nls: Sequence[str], sampling: Sampling) -> list[str]:
         s = Sampling(greedy=sampling.greedy, temperature=sampling.temperature, top_p=sampling.top_p,
                      seed=sampling.seed, max_new_tokens=min(self.plan_tokens, sampling.max_new_tokens))
-        return [g.text for g in self.backend.chat([self.messages(nl) for nl in nls], s)]
+        return [g.text for g in self.backend.chat([self.messages(nl) for nl in nls], s, stop_when=plan_complete)]
 
     # the episode loop never runs this policy; these keep it a Policy for the registry
     def generate(self, role, prompts, sampling, *, stop_when=None):
