@@ -54,18 +54,6 @@ class Declared:
     constants: dict = field(default_factory=dict)  # name -> type
     actions: frozenset = frozenset()
 
-    @property
-    def typing(self) -> bool:
-        return ":typing" in self.flags or ":adl" in self.flags
-
-    @property
-    def negation(self) -> bool:
-        return bool({":negative-preconditions", ":adl"} & self.flags)
-
-    @property
-    def equality(self) -> bool:
-        return bool({":equality", ":adl"} & self.flags)
-
 
 def declared_from_domain(text: str) -> Declared:
     """The declarations of a given domain (PDDL text), read with omtr's own reader.
