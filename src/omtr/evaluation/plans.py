@@ -174,7 +174,7 @@ class PlanPolicy:
         return [g.text for g in self.backend.chat([self.messages(nl) for nl in nls], s, stop_when=plan_complete)]
 
     # the episode loop never runs this policy; these keep it a Policy for the registry
-    def generate(self, role, prompts, sampling, *, stop_when=None):
+    def generate(self, role, prompts, sampling, *, stop_when=None, domains=None):
         raise RuntimeError("a plan policy writes plans, not PDDL: evaluate it with omtr.evaluation.run.evaluate")
 
     def judge(self, prompts):
