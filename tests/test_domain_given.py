@@ -201,6 +201,85 @@ def test_every_baseline_writes_only_the_problem(name, pool):
         assert p[2]["content"] == P.DEMOS["blocksworld"].problem and "problem file" in p[-1]["content"]
 
 
+class _GrammarBackend:
+    """A backend that takes given domains (as hf: and openai: do): logs (prompt, grammar, domains)
+    per call; the first spec per task is broken (an undeclared predicate), the next right."""
+
+    name = "grammar-fake"
+
+    def __init__(self):
+        self.calls, self.specs = [], 0
+
+    def chat(self, prompts, sampling, *, stop_when=None, grammar=False, domains=None):
+        from omtr.inference.policy import Generation
+
+        out = []
+        for i, p in enumerate(prompts):
+            self.calls.append((p, grammar, None if domains is None else domains[i]))
+            last = p[-1]["content"]
+            if "one number from 1 to 10" in last:
+                out.append(Generation(text="7"))
+            elif "Be brief." in last or "Do not write PDDL yet." in last:
+                out.append(Generation(text="objects a b; a on b in the goal"))
+            else:
+                self.specs += 1
+                text = PROBLEM.replace("(on a b))", "(onn a b))") if self.specs == 1 else PROBLEM
+                out.append(Generation(text=f"```pddl\n{text}\n```"))
+        return out
+
+
+@pytest.mark.parametrize("name", ["cot", "tot", "llm+p", "self-refine"])
+def test_baselines_given_a_domain_see_the_actors_demo_and_write_under_the_problem_grammar(name, pool):
+    """Main's domain-given mode with issue 22's fairness: the Actor's demonstration in its given form
+    (task with its domain, then the problem alone), spec-writing calls under the grammar with the
+    given domain passed on (the backend's problem-only grammar), free-text calls without either."""
+    from omtr.inference.registry import make_policy
+
+    task = TrainingTask("g", "blocksworld", None, NL, domain=DOMAIN)
+    backend, env = _GrammarBackend(), Recording(pool)
+    (ep,) = run_episodes([task], make_policy(name, tasks=[task], backend=backend, budget=3), env, budget=3, judge=False)
+    assert ep.success and [d for d, _ in env.specs] == [DOMAIN, DOMAIN] and env.specs[-1][1].strip() == PROBLEM
+    demo = P.DEMOS["blocksworld"]
+    spec_calls = [c for c in backend.calls if not any(k in c[0][-1]["content"] for k in
+                                                      ("one number from 1 to 10", "Be brief.", "Do not write PDDL yet."))]
+    free_calls = [c for c in backend.calls if c not in spec_calls]
+    assert len(spec_calls) == 2 and all(g is True and d == DOMAIN for _, g, d in spec_calls)
+    assert all(g is False and d is None for _, g, d in free_calls)
+    assert bool(free_calls) == (name in ("cot", "tot"))  # CoT reasons, ToT thinks and rates, in free text
+    for p, _, _ in spec_calls:
+        if name == "llm+p":  # Liu et al.'s own setting, as main has it
+            assert p[2] == {"role": "assistant", "content": demo.problem}
+            continue
+        i = p.index({"role": "user", "content": P.with_domain(demo.nl, demo.domain)})
+        assert p[i + 1] == {"role": "assistant", "content": demo.problem}
+        assert "domain and problem" not in p[-1]["content"] and "domain followed by" not in p[-1]["content"]
+    if name == "self-refine":  # the Editor's view: the diagnostic's category, the problem rewritten
+        last = spec_calls[1][0][-1]["content"]
+        assert last.startswith("The planner rejected it (") and "write the problem in full" in last
+
+
+def test_file_attempts_for_a_given_domain_are_problems_routed_by_id(pool, tmp_path):
+    """file: in the domain-given mode: the loop passes domains= and task_ids= together; attempts
+    are answered as problems alone (a domain an attempt carries is not used) and checked against
+    the given domain."""
+    from omtr.evaluation.harness import from_file
+
+    twin = TrainingTask("g2", "blocksworld", None, NL, domain=DOMAIN)  # same NL text, own attempts
+    task = TrainingTask("g", "blocksworld", None, NL, domain=DOMAIN)
+    broken = PROBLEM.replace("(on a b))", "(onn a b))")
+    f = tmp_path / "a.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "g", "problem": broken}, {"id": "g", "domain": BROKEN, "problem": PROBLEM},
+        {"id": "g2", "problem": PROBLEM}]) + "\n")
+    policy = from_file(f, [task, twin], budget=3)
+    env = Recording(pool)
+    eps = run_episodes([task, twin], policy, env, budget=3, judge=False)
+    assert [e.success for e in eps] == [True, True] and [len(e.steps) for e in eps] == [2, 1]
+    assert sorted(env.specs) == sorted([(DOMAIN, broken), (DOMAIN, PROBLEM), (DOMAIN, PROBLEM)])
+    assert all("(define (domain" not in s.text for e in eps for s in e.steps)
+    assert policy.report["problem_only_attempts"] == 2
+
+
 def test_evaluate_oracle_in_domain_given_mode_checks_problems(tmp_path, given_file, capsys):
     out = tmp_path / "oracle"
     assert main(["-q", "evaluate", "--policy", "oracle", "--tasks", str(given_file), "--workers", "1", "--bootstrap",
@@ -360,3 +439,18 @@ def test_mutants_that_change_only_the_domain_leave_domain_given_tasks_out(given_
             assert tasks[0].id not in plain.excluded
         else:
             assert tasks[0].id not in given.excluded
+
+
+def test_hf_backend_decodes_a_given_domains_answer_under_the_problem_grammar():
+    """``hf:`` hands ``domains=`` to the role model: that prompt's answer is a problem for the given
+    domain (its name forced after ``(:domain``), the other prompt's a full spec."""
+    from omtr.inference.backends import BackendError, make_backend
+    from omtr.inference.policy import Sampling
+
+    b = make_backend("hf:micro")
+    m = [{"role": "user", "content": NL}]
+    given, full = b.chat([m, m], Sampling(max_new_tokens=40, greedy=True), grammar=True, domains=[DOMAIN, None])
+    assert given.text.startswith("(define (problem ") and "(:domain blocks)" in given.text
+    assert full.text.startswith("(define (domain ")
+    with pytest.raises(BackendError, match="1 prompts but 2 given domains"):
+        b.chat([m], Sampling(max_new_tokens=4), grammar=True, domains=[DOMAIN, None])

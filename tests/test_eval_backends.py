@@ -36,6 +36,7 @@ class Server:
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.delay = 0.0
+        self.models: list[str] | None = None  # what GET /v1/models lists; None: not found
         self.active = self.peak = 0
         self.lock = threading.Lock()
         outer = self
@@ -43,6 +44,15 @@ class Server:
         class H(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
+
+            def do_GET(self):
+                ok = self.path.endswith("/models") and outer.models is not None
+                data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in outer.models or []]})
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Length", str(len(data) if ok else 0))
+                self.end_headers()
+                if ok:
+                    self.wfile.write(data.encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -146,6 +156,18 @@ def test_client_errors_are_not_retried_and_say_what_is_wrong(server, monkeypatch
     assert be.requests == 1
 
 
+def test_a_model_name_the_server_does_not_list_is_one_line_before_any_prompt(server):
+    server.models = ["smollm2", "other"]
+    with pytest.raises(BackendRequestError, match=r"/v1/models does not list the model 'm' \(it serves 'smollm2', "
+                                                  r"'other'\); pass one of these as --llm-model"):
+        _backend(server).chat(MSG, Sampling())
+    assert server.requests == []
+    server.models = ["m"]
+    assert _backend(server).chat(MSG, Sampling())[0].text == "hi"
+    server.models = None  # no model list: not checked
+    assert _backend(server).chat(MSG, Sampling())[0].text == "hi"
+
+
 @pytest.mark.parametrize("body, match", [
     (b"<html>gateway</html>", "not JSON"),
     ({"choices": []}, "without choices"),
@@ -177,8 +199,23 @@ def test_grammar_passthrough(server, mode, field):
     be.chat(MSG, Sampling(), grammar=False)
     sent = server.requests[0][field]
     text = sent["grammar"] if isinstance(sent, dict) else sent
-    assert text == pddl_grammar() and text.startswith("root ::=")
+    assert text == pddl_grammar(mode) and text.startswith("root ::=")
+    assert ("pname-and ::=" in text) == (mode == "llamacpp"), "GBNF for llama.cpp, xgrammar's EBNF for vLLM"
     assert field not in server.requests[1]
+
+
+def test_problem_only_grammar_for_given_domains(server):
+    """A prompt whose domain is given gets the problem-only grammar; the others the full one."""
+    be = _backend(server, grammar="llamacpp")
+    server.script = [(200, _ok("a"), {}), (200, _ok("b"), {})]
+    be.chat([MSG[0], [{"role": "user", "content": "other"}]], Sampling(), grammar=True,
+            domains=["(define (domain d))", None])
+    by_prompt = {r["messages"][-1]["content"]: r["grammar"] for r in server.requests}
+    assert by_prompt["other"] == pddl_grammar("llamacpp")
+    assert by_prompt[MSG[0][-1]["content"]] == pddl_grammar("llamacpp", problem_only=True)
+    assert by_prompt[MSG[0][-1]["content"]].startswith("root ::= problem")
+    with pytest.raises(BackendError, match="2 prompts but 1 given domains"):
+        be.chat([MSG[0], MSG[0]], Sampling(), grammar=True, domains=["x"])
 
 
 def test_configuration_errors_and_names():

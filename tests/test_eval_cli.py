@@ -45,6 +45,15 @@ def test_oracle_writes_metrics_traces_figures_and_report(task_file, tmp_path, ca
         assert (out / name).is_file(), name
     printed = capsys.readouterr().out
     assert "success: 100.0%  faithful: 100.0%  drift: 0.0%  calls: 1.0" in printed
+    assert "Planetarium view: parseable 100.0%  solvable 100.0%  equivalent 100.0%" in printed
+    assert "identical to reference: 5" in printed
+    # each section is titled by what it shows; the paper's counterpart in brackets is the right one
+    report = (out / "report.html").read_text()
+    assert "Cumulative success within h repairs, and the gain of each repair [Figure 3, left]" in report
+    assert "Dominant diagnostic among unsolved tasks after each step [Figure 3, right]" in report
+    assert "(Table 2)" not in report and "(Figure 4)" not in report and "Tables 8, 9" not in report
+    assert "Planetarium's rates" in report and "Provenance" in report and "Planner limits" in report
+    assert m["provenance"]["tasks"]["file"] == str(task_file) and m["provenance"]["backend"] is None
 
     # a second run into the same folder must be asked for
     assert main(["-q", "evaluate", "--policy", "oracle", "--tasks", str(task_file), "--out", str(out)]) == 2
@@ -64,7 +73,9 @@ def test_compare_renders_html_and_markdown(task_file, tmp_path, capsys):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     html = (tmp_path / "cmp" / "compare.html").read_text()
     assert "| oracle | 100.0 | 100.0 | 0.0 |" in md and "| mutant:drop_goal_atom | 100.0 | 0.0 | 100.0 |" in md
-    assert html.count("<table") == 4 and "CSR(h)" in html
+    assert html.count("<table") == 7 and "CSR(h)" in html
+    # the mutant loses every faithful success on the same tasks: a paired difference with no spread
+    assert "| mutant:drop_goal_atom | +0.0 [+0.0, +0.0] | -100.0 [-100.0, -100.0] | +100.0 [+100.0, +100.0] |" in md
     assert main(["evaluate", "compare", str(tmp_path / "nothing-here")]) == 2
     assert "no metrics.json" in capsys.readouterr().err
 

@@ -40,7 +40,9 @@ def test_oracle_is_perfect_on_every_family(tasks, pool, tmp_path):
     policy = make_policy("oracle", tasks=tasks)
     m = evaluate(tasks, policy, tmp_path, env=pool, config=FAST, policy_name="oracle")
     assert (m["success"], m["faithful"], m["drift"], m["calls"]) == (1.0, 1.0, 0.0, 1.0)
-    assert set(m["families"]) == {"blocksworld", "logistics", "depots", "mystery_blocksworld", "gripper"}
+    assert set(m["families"]) == {"planbench/blocksworld_3", "planbench/logistics", "planbench/depots",
+                                  "planbench/mystery_blocksworld_3", "gripper"}
+    assert m["identical_to_reference"] == len(tasks)
     for b in m["families"].values():
         assert b["success"]["value"] == 1.0 and b["faithful"]["value"] == 1.0 and b["calls"]["value"] == 1.0
     lines = [json.loads(x) for x in (tmp_path / "traces.jsonl").read_text().splitlines()]
@@ -100,6 +102,66 @@ def test_file_policy_replays_attempts_in_order_and_stops_at_the_first_success(ta
     assert m["calls"] == 1.5 and m["success"] == 0.5
 
 
+def test_file_policy_routes_by_id_warns_counts_and_scores(tasks, pool, tmp_path, caplog):
+    """Two tasks with one NL text keep their own attempts; lines beyond K, unknown ids and tasks
+    without attempts are warned about and counted; given scores become the Judge's pooled AUC."""
+    import dataclasses
+
+    a, b, c = tasks[0], tasks[1], tasks[2]
+    twin = dataclasses.replace(b, id="twin-of-a", nl=a.nl)  # same NL text as a, b's reference
+    broken = a.reference.domain.replace("(:predicates", "(:predicates (", 1)
+    f = tmp_path / "theirs.jsonl"
+    lines = [
+        {"id": twin.id, "domain": b.reference.domain, "problem": b.reference.problem, "score": 0.2},
+        {"id": a.id, "domain": broken, "problem": a.reference.problem, "score": 0.1},
+        {"id": a.id, "domain": a.reference.domain, "problem": a.reference.problem, "score": 0.9},
+        {"id": a.id, "domain": a.reference.domain, "problem": a.reference.problem},  # 3rd: beyond K=2
+        {"id": "nobody", "domain": "x", "problem": "y"},
+        {"id": "nobody", "domain": "x", "problem": "y"},
+    ]
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    three = [a, twin, c]
+    cfg = EvalConfig(budget=2, bootstrap=100, validate_log=False, figures=False)
+    with caplog.at_level("WARNING", logger="omtr.evaluation.harness"):
+        policy = make_policy(f"file:{f}", tasks=three, budget=2)
+    warned = caplog.text
+    assert "beyond the budget of 2" in warned and "not in the task file" in warned and "no attempt" in warned
+    m = evaluate(three, policy, tmp_path / "out", env=pool, config=cfg)
+    recs = {r["id"]: r for r in map(json.loads, (tmp_path / "out" / "traces.jsonl").read_text().splitlines())}
+    # routed by id: a's attempts went to a (broken, then fixed), the twin got b's spec
+    assert recs[a.id]["planner_calls"] == 2 and recs[a.id]["success"]
+    assert recs[twin.id]["planner_calls"] == 1 and recs[twin.id]["success"]
+    assert recs[twin.id]["problem"].strip() == b.reference.problem.strip()
+    assert not recs[c.id]["success"] and recs[c.id]["steps"][0]["verdict"]["category"] == "syntax"
+    pf = m["policy_file"]
+    assert pf["beyond_budget"] == {"attempts": 1, "tasks": 1, "ids": [a.id]}
+    assert pf["unknown_ids"]["lines"] == 2 and pf["unknown_ids"]["ids"] == ["nobody"]
+    assert pf["no_attempt"]["ids"] == [c.id] and pf["scored_attempts"] == 3
+    assert [s["judge_score"] for s in recs[a.id]["steps"]] == [0.1, 0.9]
+    # pooled: a's fixed spec and the twin's spec (its own reference) are F; a's broken one is U
+    j = m["overall"]["judge"]
+    assert j["pooled"]["F"]["n"] == 2 and j["pooled"]["U"]["n"] == 1  # a's broken attempt; c has no score
+
+
+def test_file_policy_takes_problem_only_attempts_and_rejects_bad_lines(tasks, tmp_path):
+    a = tasks[0]
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"id": a.id, "problem": a.reference.problem}) + "\n")
+    policy = from_file(f, [a])
+    assert policy.attempts[a.id] == [(None, a.reference.problem)] and policy.report["problem_only_attempts"] == 1
+    assert answer_text(None, a.reference.problem).count("```pddl") == 1
+    f.write_text(json.dumps({"id": a.id, "problem": "(define)"}) + "\n" + json.dumps({"id": a.id, "problem": "x",
+                                                                                      "score": 3}) + "\n")
+    with pytest.raises(HarnessError, match=r"p\.jsonl:2: .*'score' must be a number from 0 to 1"):
+        from_file(f, [a])
+    f.write_text(json.dumps({"id": "zzz", "problem": "x"}) + "\n")
+    with pytest.raises(HarnessError, match="no line names a task of the task file"):
+        from_file(f, [a])
+    f.write_text(json.dumps([1, 2]) + "\n")
+    with pytest.raises(HarnessError, match=r"p\.jsonl:1: expected a JSON object"):
+        from_file(f, [a])
+
+
 def test_file_policy_errors_are_one_sentence(tasks, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
@@ -141,7 +203,7 @@ def test_a_killed_run_resumes_without_repeating_finished_tasks(tasks, pool, tmp_
 
 
 def test_generating_policies_see_only_the_nl_task(tasks, pool, tmp_path):
-    """The loop's prompts carry no reference PDDL, even for a harness policy (it finds its answer by NL)."""
+    """The loop's prompts carry no reference PDDL, even for a harness policy (it finds its answer by id)."""
     from omtr.inference.policy import Generation
 
     seen = []

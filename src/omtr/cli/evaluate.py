@@ -15,6 +15,8 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy self-refine --backend openai:http://127.0.0.1:8000/v1 --llm-model qwen \\
       --llm-key-env MY_KEY --grammar vllm --tasks bw.jsonl --out eval/sr
   omtr evaluate --policy file:their_specs.jsonl --tasks planbench.jsonl --out eval/theirs
+  omtr evaluate --policy plan:zero-shot --backend hf:small --tasks planbench.jsonl --limit 20 --out eval/plan
+  omtr evaluate --policy tot --backend hf:small --tot-breadth 3 --tot-beam 2 --tasks bw.jsonl --out eval/tot
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle --resume  # after a kill
   omtr evaluate --policy model --model runs/model --tasks val.jsonl --out eval/model \\
       --solver-url http://omtr-solver.omtr:8600                                  # verify on the solver fleet
@@ -65,6 +67,13 @@ def register(sub) -> None:
     p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
                    help="the model policy's decoding constraint: scoped, plain (grammar alone) or off; "
                         "default: the model's (scoped)")
+    p.add_argument("--baseline-grammar", default="on", choices=("on", "off"),
+                   help="baselines write specs under omtr's PDDL grammar where the backend can, as the model does "
+                        "(default on)")
+    p.add_argument("--tot-breadth", type=int, default=None, metavar="N", help="ToT: thoughts expanded per state (default 2)")
+    p.add_argument("--tot-beam", type=int, default=None, metavar="N", help="ToT: states kept per stage (default 2)")
+    p.add_argument("--tot-thought-tokens", type=int, default=None, metavar="N",
+                   help="ToT: token limit of one thought (default 160)")
     p.add_argument("--budget", type=int, default=None, metavar="K", help="planner calls per task (default 6)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
@@ -113,6 +122,7 @@ def run(args) -> int:
     import time
 
     from omtr.config import ConfigError, EpisodeConfig, SolverConfig
+    from omtr.evaluation.provenance import RunMismatch
     from omtr.evaluation.run import EvalConfig, evaluate
     from omtr.inference.backends import BackendError
     from omtr.inference.registry import UnknownPolicy, make_policy
@@ -148,8 +158,10 @@ def run(args) -> int:
     try:
         policy = make_policy(args.policy, tasks=tasks, model=args.model, backend=args.backend, budget=budget,
                              seed=args.seed, device=args.device, decoding=args.decoding,
+                             grammar=args.baseline_grammar == "on",
+                             breadth=args.tot_breadth, beam=args.tot_beam, thought_tokens=args.tot_thought_tokens,
                              backend_options={k: v for k, v in backend_options.items() if v is not None})
-    except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:
+    except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:  # PlanPolicyError is a ValueError
         raise CliError(str(exc)) from None
     policy_s = time.perf_counter() - t
 
@@ -172,7 +184,12 @@ def run(args) -> int:
         with verifier as pool:
             pool_s = time.perf_counter() - t
             metrics = evaluate(tasks, policy, args.out, env=pool, config=cfg, policy_name=args.policy,
-                               resume=args.resume, progress=bar.update)
+                               resume=args.resume, progress=bar.update, solver_config=solver_cfg,
+                               run_info={"backend": args.backend if _uses_backend(args.policy) else None,
+                                         "model": args.model, "tasks_file": args.tasks,
+                                         "options": _policy_options(args)})
+    except RunMismatch as exc:
+        raise CliError(str(exc)) from None
     except BackendError as exc:
         raise CliError(f"{exc} (finished tasks are kept; rerun with --resume)") from None
     except FleetError as exc:
@@ -193,6 +210,23 @@ def run(args) -> int:
     return 0
 
 
+def _uses_backend(policy: str) -> bool:
+    from omtr.inference.registry import ALIASES, BASELINES
+
+    kind = policy.partition(":")[0].lower()
+    return ALIASES.get(kind, kind) in BASELINES or kind == "plan"
+
+
+def _policy_options(args) -> dict | None:
+    """The options that shape a baseline's answers (for the provenance)."""
+    if not _uses_backend(args.policy):
+        return None
+    out = {"baseline_grammar": args.baseline_grammar, "server_grammar": args.grammar, "llm_model": args.llm_model}
+    if args.policy.lower().startswith("tot"):
+        out.update(breadth=args.tot_breadth or 2, beam=args.tot_beam or 2, thought_tokens=args.tot_thought_tokens or 160)
+    return out
+
+
 def _print(m: dict, out: str) -> None:
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"
@@ -204,9 +238,36 @@ def _print(m: dict, out: str) -> None:
     for f, b in (m.get("families") or {}).items():
         print(f"  {f}: {b['tasks']} tasks, success {pct(b['success']['value'])}, faithful "
               f"{pct(b['faithful']['value'])}, drift {pct(b['drift']['value'])}, calls {b['calls']['value']}")
+    avg = m.get("paper_average") or {}
+    if avg.get("sets"):
+        if avg.get("complete"):
+            print(f"{avg['name']}: success {pct(avg['success'])}, faithful {pct(avg['faithful'])}")
+        else:
+            print(f"{avg['name']}: not reported, missing {', '.join(avg['missing'])} (mean over "
+                  f"{', '.join(avg['sets'])}: success {pct(avg['partial_success'])})")
+    pl = (m.get("overall") or {}).get("planetarium")
+    if pl:
+        print("Planetarium view: parseable {}  solvable {}  equivalent {}".format(
+            *(pct(pl[k]["value"]) for k in ("parseable", "solvable", "equivalent"))))
+    lim = m.get("limits") or {}
+    if lim.get("calls"):
+        print(f"planner limits: {lim['timed_out']} time-outs, {lim['memory_out']} memory-outs, "
+              f"{lim['too_large']} too large (counted as failed calls)")
+    print(f"identical to reference: {m.get('identical_to_reference', 0)} solved final specs")
+    pf = m.get("policy_file")
+    if pf:
+        print(f"attempts file: {pf['attempts']} attempts for {pf['tasks_with_attempts']} tasks; "
+              f"{pf['beyond_budget']['attempts']} beyond K, {pf['unknown_ids']['lines']} lines with unknown ids, "
+              f"{pf['no_attempt']['count']} tasks with no attempt")
     dc = ((m.get("overall") or {}).get("drift_categories") or {})
     if dc:
         print("drift categories: " + ", ".join(f"{c} {v['count']}" for c, v in dc.items()))
+    pg = m.get("plan_generation")
+    if pg:
+        print(f"plan generation (VAL on the reference): {pct(pg['overall']['valid']['value'])} valid of "
+              f"{pg['overall']['tasks']}")
+        for f, b in pg["families"].items():
+            print(f"  {f}: {b['tasks']} tasks, valid {pct(b['valid']['value'])}")
     t = m.get("transfer")
     if t:
         print(f"transfer exact match: {pct(t['overall']['exact_match']['value'])} of {t['overall']['tasks']}")
@@ -243,6 +304,16 @@ def _track(args, metrics: dict) -> None:
         for k in ("success", "faithful", "drift"):
             if b[k]["value"] is not None:
                 flat[f"{f}.{k}"] = b[k]["value"]
+    pg = metrics.get("plan_generation")
+    if pg:
+        flat["plan_valid"] = pg["overall"]["valid"]["value"]
+        for f, b in pg["families"].items():
+            flat[f"{f}.plan_valid"] = b["valid"]["value"]
+    avg = metrics.get("paper_average") or {}
+    if avg.get("complete"):
+        flat["paper_average.success"] = avg["success"]
+        if avg.get("faithful") is not None:
+            flat["paper_average.faithful"] = avg["faithful"]
     for c in ((metrics.get("overall") or {}).get("csr") or []):
         flat[f"csr.h{c['h']}"] = c["value"] or 0.0
     with start_run(args.experiment, f"evaluate-{args.policy}"):
@@ -256,11 +327,11 @@ def _track(args, metrics: dict) -> None:
 def _compare(folders: list[str], out: str | None) -> int:
     if not folders:
         raise CliError("compare needs at least one evaluation folder: omtr evaluate compare DIR...")
-    from omtr.evaluation.report import compare
+    from omtr.evaluation.report import CompareError, compare
 
     try:
         html_text, md = compare(folders)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, CompareError) as exc:
         raise CliError(str(exc)) from None
     if out:
         os.makedirs(out, exist_ok=True)

@@ -63,20 +63,18 @@ def _find_task(path: str, task_id: str):
 
 
 def _find_task_plain(path: str, task_id: str):
-    text = _read_text(path, "--tasks")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CliError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if isinstance(rec, dict) and rec.get("id") == task_id:
-            ref = rec.get("reference")
-            if not isinstance(ref, dict) or not ref.get("domain") or not ref.get("problem"):
-                raise CliError(f"task {task_id!r} has no reference PDDL; faithfulness needs "
-                               '"reference": {"domain": ..., "problem": ...}')
-            return ref["domain"], ref["problem"]
+    from omtr.jsonl import JsonlError, read_jsonl
+
+    try:
+        for _, rec in read_jsonl(path, what="--tasks file", objects=False):
+            if isinstance(rec, dict) and rec.get("id") == task_id:
+                ref = rec.get("reference")
+                if not isinstance(ref, dict) or not ref.get("domain") or not ref.get("problem"):
+                    raise CliError(f"task {task_id!r} has no reference PDDL; faithfulness needs "
+                                   '"reference": {"domain": ..., "problem": ...}')
+                return ref["domain"], ref["problem"]
+    except JsonlError as exc:
+        raise CliError(str(exc)) from None
     raise CliError(f"task {task_id!r} is not in {path}")
 
 

@@ -15,9 +15,29 @@ planning episodes (``Episode.to_json()`` plus ``faithful``) and transfer answers
 * ``calls``: mean planner calls per task.
 * ``heatmap``: after each step h, the share of each diagnostic category among tasks still unsolved
   (and the dominant one).
-* ``judge``: the Judge's score on the Actor's spec, mean ± sd over U (unsolved), D (solved,
-  drifting) and F (solved, faithful), and the F-vs-D AUC (omtr.faithfulness.separation).
+* ``judge``: the Judge's scores, mean ± sd over U (unsolved), D (solved, drifting) and F (solved,
+  faithful), and the F-vs-D AUC with a bootstrap interval, on two candidate pools: ``pooled`` (the
+  paper's, appendix H.9: every spec the episode wrote — the Actor's, the Editor's intermediate
+  repairs and the final one — each once) and ``actor`` (the Actor's spec only). The top-level
+  ``U``/``D``/``F``/``auc_f_vs_d`` are the pooled figures.
+* ``limits``: planner calls ended by a limit (CPU time, memory, omtr's input size). They count as
+  failed calls, as in the paper, and are reported apart so a time-out is never mistaken for a
+  wrong spec.
+* ``planetarium``: Planetarium's three rates over the final specs: ``parseable`` (the PDDL parses),
+  ``solvable`` (the planner finds a plan VAL accepts: ``success``) and ``equivalent`` (the
+  reference checker finds no drift: faithful success), each over all tasks.
+* ``identical_to_reference``: solved final specs equal to the task's reference up to layout,
+  comments and case (judged faithful without the checker's mapping search).
 * ``transfer``: exact match per transfer benchmark, scored by the task suite's scorers.
+* ``plan_generation`` (``plan:`` policies, PlanBench's protocol): the share of answers whose plan VAL
+  accepts on the reference domain and problem, per set.
+
+Tasks are grouped into *sets*: a PlanBench configuration (``planbench/blocksworld``,
+``planbench/blocksworld_3``, ...) or, for generated tasks, the family (``gripper``); a PlanBench
+configuration and generated tasks of the same family are never merged. ``paper_average`` is the
+paper's "Avg.": the mean over its four domains, BlocksWorld, Mystery BlocksWorld, Logistics and
+Gripper (each read from PlanBench's main configuration when present, else the generated family);
+every set, Depots included, is also reported on its own under ``families``.
 """
 
 from __future__ import annotations
@@ -31,7 +51,18 @@ import numpy as np
 from omtr.faithfulness.separation import auc, mean_sd
 from omtr.spec.categories import Category
 
-PLANBENCH_FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
+PAPER_DOMAINS = ("blocksworld", "mystery_blocksworld", "logistics", "gripper")
+# where each of the paper's domains is read from: the first set present wins
+PAPER_SETS = {
+    "blocksworld": ("planbench/blocksworld", "blocksworld"),
+    "mystery_blocksworld": ("planbench/mystery_blocksworld", "mystery_blocksworld"),
+    "logistics": ("planbench/logistics", "logistics"),
+    "gripper": ("gripper",),
+}
+PAPER_AVERAGE_NAME = "paper average (BlocksWorld, Mystery BlocksWorld, Logistics, Gripper)"
+# display order of sets: the paper's domains first, then Depots, then anything else
+FAMILY_ORDER = ("blocksworld", "mystery_blocksworld", "logistics", "gripper", "depots")
+LIMITS = ("timed_out", "memory_out", "too_large")
 CATEGORIES = tuple(c.value for c in Category)
 MAX_H = 5
 
@@ -133,24 +164,162 @@ def planning_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0
     block["heatmap"] = heat
     block["final_categories"] = dict(Counter(_cat((r.get("steps") or [{}])[-1]) for r in recs if r.get("steps")).most_common())
 
-    # the Judge on the Actor's spec: U if that spec failed; if it succeeded, the episode ended there and
-    # the final spec's faithfulness (D or F) is the Actor's
-    by: dict[str, list[float]] = {"U": [], "D": [], "F": []}
-    for r, g in zip(recs, groups):
-        score = r.get("judge_score")
-        actor_group = g if r.get("actor_success") else "U"
-        if score is not None and actor_group in by:
-            by[actor_group].append(float(score))
-    if any(by.values()):
-        judge: dict[str, Any] = {}
-        for g in ("U", "D", "F"):
-            m, sd = mean_sd(by[g])
-            judge[g] = {"n": len(by[g]), "mean": _r(m), "sd": _r(sd)}
-        judge["auc_f_vs_d"] = _r(auc(by["F"], by["D"]))
-        block["judge"] = judge
-    else:
-        block["judge"] = None
+    block["identical_to_reference"] = sum(bool((r.get("faithful") or {}).get("identical")) for r in recs)
+    block["limits"] = limits_block(recs)
+    block["planetarium"] = {
+        "parseable": bs.rate([_parseable(r) for r in recs]),
+        "solvable": block["success"],
+        "equivalent": block["faithful"],
+    }
+    block["judge"] = judge_block(recs, groups, bs)
     return block
+
+
+def _parseable(rec: dict) -> bool:
+    """Planetarium's "parseable": the final spec was found and parses (any verdict but ``syntax``)."""
+    steps = rec.get("steps") or []
+    if not steps:
+        return False
+    v = steps[-1].get("verdict") or {}
+    return bool(v.get("success")) or (v.get("category") not in (None, "syntax"))
+
+
+def limits_block(recs: Sequence[dict]) -> dict[str, Any]:
+    """Planner calls a limit ended (each still a failed call), and the tasks they touched."""
+    out: dict[str, Any] = {k: 0 for k in LIMITS}
+    tasks = final = 0
+    for r in recs:
+        steps = r.get("steps") or []
+        hit = [any((s.get("verdict") or {}).get(k) for k in LIMITS) for s in steps]
+        for s in steps:
+            for k in LIMITS:
+                out[k] += bool((s.get("verdict") or {}).get(k))
+        tasks += any(hit)
+        final += bool(hit and hit[-1])
+    out["calls"] = sum(out[k] for k in LIMITS)
+    out["tasks"], out["final"] = tasks, final  # tasks with any limited call; tasks whose last call was one
+    return out
+
+
+def judge_candidates(recs: Sequence[dict], groups: Sequence[str]) -> dict[str, list[tuple[int, float, str]]]:
+    """(task index, Judge score, group) per scored candidate: ``actor`` and ``pooled`` pools.
+
+    Within an episode only the last spec can be solved (the loop stops at the first success), so
+    every earlier spec is U and the last is U, D or F as the task's final spec. A step without a
+    score (a policy that scores only the Actor's spec) is left out of the pooled pool."""
+    actor: list[tuple[int, float, str]] = []
+    pooled: list[tuple[int, float, str]] = []
+    for i, (r, g) in enumerate(zip(recs, groups)):
+        steps = r.get("steps") or []
+        for j, st in enumerate(steps):
+            score = st.get("judge_score")
+            if score is None and j == 0:
+                score = r.get("judge_score")
+            if score is None:
+                continue
+            solved = bool((st.get("verdict") or {}).get("success"))
+            cg = (g if j == len(steps) - 1 else "U") if solved else "U"
+            if cg in ("U", "D", "F"):
+                pooled.append((i, float(score), cg))
+                if j == 0:
+                    actor.append((i, float(score), cg))
+        if not steps and r.get("judge_score") is not None:
+            actor.append((i, float(r["judge_score"]), "U"))
+            pooled.append((i, float(r["judge_score"]), "U"))
+    return {"actor": actor, "pooled": pooled}
+
+
+def weighted_auc(pos: np.ndarray, pos_w: np.ndarray, neg: np.ndarray, neg_w: np.ndarray) -> float | None:
+    """P(a positive scores above a negative), ties one half, each candidate counted ``w`` times."""
+    wp, wn = float(pos_w.sum()), float(neg_w.sum())
+    if wp <= 0 or wn <= 0:
+        return None
+    order = np.argsort(neg, kind="stable")
+    ns, nw = neg[order], np.concatenate([[0.0], np.cumsum(neg_w[order])])
+    lo = nw[np.searchsorted(ns, pos, side="left")]
+    hi = nw[np.searchsorted(ns, pos, side="right")]
+    return float(((lo + 0.5 * (hi - lo)) * pos_w).sum() / (wp * wn))
+
+
+def auc_rate(cands: Sequence[tuple[int, float, str]], bs: Bootstrap) -> dict[str, Any]:
+    """F-vs-D AUC over candidates with a percentile interval from resampling tasks (candidates
+    travel with their task)."""
+    f = [(i, s) for i, s, g in cands if g == "F"]
+    d = [(i, s) for i, s, g in cands if g == "D"]
+    out: dict[str, Any] = {"n_f": len(f), "n_d": len(d)}
+    fi, fs = np.array([i for i, _ in f], dtype=int), np.array([s for _, s in f], dtype=float)
+    di, ds = np.array([i for i, _ in d], dtype=int), np.array([s for _, s in d], dtype=float)
+    value = weighted_auc(fs, np.ones(len(fs)), ds, np.ones(len(ds))) if f and d else None
+    out["value"] = _r(value)
+    if value is None or bs.idx is None:
+        out["ci"] = [None, None]
+        return out
+    boots = []
+    for row in bs.idx:
+        counts = np.bincount(row, minlength=bs.n).astype(float)
+        a = weighted_auc(fs, counts[fi], ds, counts[di])
+        if a is not None:
+            boots.append(a)
+    out["ci"] = ([_r(float(np.percentile(boots, 2.5))), _r(float(np.percentile(boots, 97.5)))]
+                 if boots else [None, None])
+    return out
+
+
+def _judge_pool(cands: Sequence[tuple[int, float, str]], bs: Bootstrap) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for g in ("U", "D", "F"):
+        vals = [s for _, s, cg in cands if cg == g]
+        m, sd = mean_sd(vals)
+        out[g] = {"n": len(vals), "mean": _r(m), "sd": _r(sd)}
+    out["auc"] = auc_rate(cands, bs)
+    out["candidates"] = len(cands)
+    return out
+
+
+def judge_block(recs: Sequence[dict], groups: Sequence[str], bs: Bootstrap) -> dict[str, Any] | None:
+    """The Judge on the paper's pooled candidates and on the Actor's specs alone (None: no scores)."""
+    c = judge_candidates(recs, groups)
+    if not c["actor"] and not c["pooled"]:
+        return None
+    pooled, actor = _judge_pool(c["pooled"], bs), _judge_pool(c["actor"], bs)
+    out: dict[str, Any] = {g: pooled[g] for g in ("U", "D", "F")}
+    out["auc_f_vs_d"] = pooled["auc"]["value"]
+    out["auc_ci"] = pooled["auc"]["ci"]
+    out["pooled"], out["actor"] = pooled, actor
+    out["unscored_steps"] = sum(len(r.get("steps") or []) for r in recs) - len(c["pooled"])
+    return out
+
+
+def paper_average(families: dict[str, dict]) -> dict[str, Any]:
+    """The paper's "Avg.": mean success (and faithful success) over its four domains, each read from
+    the first of ``PAPER_SETS[domain]`` present in ``families`` (set -> planning block)."""
+    sets = {d: next((k for k in PAPER_SETS[d] if k in families), None) for d in PAPER_DOMAINS}
+    present = [d for d in PAPER_DOMAINS if sets[d]]
+
+    def mean(key: str) -> float | None:
+        vals = [(families[sets[d]].get(key) or {}).get("value") for d in present]
+        vals = [v for v in vals if v is not None]
+        return _r(sum(vals) / len(vals)) if vals and len(vals) == len(present) else None
+
+    complete = len(present) == len(PAPER_DOMAINS)
+    # the paper's figure only when all four domains are there; otherwise the mean over those present,
+    # under another name, so a partial mean is never read as the paper's
+    return {"name": PAPER_AVERAGE_NAME, "domains": list(PAPER_DOMAINS), "sets": {d: sets[d] for d in present},
+            "missing": [d for d in PAPER_DOMAINS if not sets[d]], "complete": complete,
+            "success": mean("success") if complete else None, "faithful": mean("faithful") if complete else None,
+            "partial_success": mean("success") if present else None,
+            "partial_faithful": mean("faithful") if present else None}
+
+
+def set_key(rec: dict) -> str:
+    """The set a trace record is reported under (see the module docstring)."""
+    return str(rec.get("set") or rec.get("family") or "none")
+
+
+def _set_order(key: str) -> tuple:
+    fam = key.split("/", 1)[1] if key.startswith("planbench/") else key
+    base = next((f for f in FAMILY_ORDER if fam == f or fam.startswith(f + "_")), None)
+    return (FAMILY_ORDER.index(base) if base else len(FAMILY_ORDER), not key.startswith("planbench/"), key)
 
 
 def _mean_ci(bs: Bootstrap, values: Sequence[float]) -> list[float | None]:
@@ -159,6 +328,14 @@ def _mean_ci(bs: Bootstrap, values: Sequence[float]) -> list[float | None]:
     v = np.asarray(values, dtype=float)
     boots = v[bs.idx].mean(1)
     return [_r(float(np.percentile(boots, 2.5)), 3), _r(float(np.percentile(boots, 97.5)), 3)]
+
+
+def plan_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """PlanBench's plan accuracy: the share of answers whose plan VAL accepts on the reference."""
+    bs = Bootstrap(len(recs), bootstrap, seed)
+    return {"tasks": len(recs), "valid": bs.rate([bool(r.get("valid")) for r in recs]),
+            "read": sum(bool(r.get("plan")) for r in recs),
+            "skipped_lines": sum(int(r.get("skipped_lines") or 0) for r in recs)}
 
 
 def transfer_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -173,6 +350,7 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     records = list(records)
     planning = [r for r in records if r.get("kind", "planning") == "planning"]
     transfer = [r for r in records if r.get("kind") == "transfer"]
+    plans = [r for r in records if r.get("kind") == "plan"]
     out: dict[str, Any] = {}
     overall = planning_block(planning, bootstrap=bootstrap, seed=seed, budget=budget) if planning else None
     out["success"] = overall["success"]["value"] if overall else None
@@ -182,19 +360,90 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     out["policy"], out["budget"], out["tasks"] = policy, budget, len(records)
     fams: dict[str, list[dict]] = {}
     for r in planning:
-        fams.setdefault(r.get("family") or "none", []).append(r)
-    out["families"] = {f: planning_block(rs, bootstrap=bootstrap, seed=seed, budget=budget) for f, rs in sorted(fams.items())}
-    pb = [f for f in PLANBENCH_FAMILIES if f in fams]
-    out["planbench_average"] = {
-        "families": pb,
-        "success": _r(sum(out["families"][f]["success"]["value"] for f in pb) / len(pb)) if pb else None,
-        "faithful": _r(sum(out["families"][f]["faithful"]["value"] or 0 for f in pb) / len(pb)) if pb else None,
-    }
+        fams.setdefault(set_key(r), []).append(r)
+    out["families"] = {}
+    for f in sorted(fams, key=_set_order):
+        block = planning_block(fams[f], bootstrap=bootstrap, seed=seed, budget=budget)
+        block["family"] = fams[f][0].get("family")
+        out["families"][f] = block
+    out["paper_average"] = paper_average(out["families"])
+    out["identical_to_reference"] = overall["identical_to_reference"] if overall else 0
+    out["limits"] = overall["limits"] if overall else None
     out["overall"] = overall
+    if plans:
+        psets: dict[str, list[dict]] = {}
+        for r in plans:
+            psets.setdefault(set_key(r), []).append(r)
+        out["plan_generation"] = {"overall": plan_block(plans, bootstrap=bootstrap, seed=seed),
+                                  "families": {f: plan_block(psets[f], bootstrap=bootstrap, seed=seed)
+                                               for f in sorted(psets, key=_set_order)}}
     tfam: dict[str, list[dict]] = {}
     for r in transfer:
         tfam.setdefault(r.get("family") or "none", []).append(r)
     out["transfer"] = ({"overall": transfer_block(transfer, bootstrap=bootstrap, seed=seed),
                         "families": {f: transfer_block(rs, bootstrap=bootstrap, seed=seed) for f, rs in sorted(tfam.items())}}
                        if transfer else None)
+    return out
+
+
+def _indicators(recs: Sequence[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per task: (hits, mask) of each rate ``paired_differences`` compares."""
+    groups = [_group(r) for r in recs]
+    solved = np.array([bool(r.get("success")) for r in recs], dtype=float)
+    has_ref = np.array([bool((r.get("faithful") or {}).get("reference")) for r in recs])
+    checked = np.array([g in ("D", "F") for g in groups])
+    ones = np.ones(len(recs), dtype=bool)
+    return {
+        "success": (solved, ones),
+        "faithful": (np.array([g == "F" for g in groups], dtype=float), has_ref),
+        "drift": (np.array([g == "D" for g in groups], dtype=float), checked),
+        "parseable": (np.array([_parseable(r) for r in recs], dtype=float), ones),
+        "actor_success": (np.array([bool(r.get("actor_success")) for r in recs], dtype=float), ones),
+        "calls": (np.array([float(r.get("planner_calls") or 0) for r in recs]), ones),
+    }
+
+
+PAIRED_RATES = ("success", "faithful", "drift", "parseable", "actor_success", "calls")
+
+
+def paired_differences(a: Sequence[dict], b: Sequence[dict], *, bootstrap: int = 1000,
+                       seed: int = 0) -> dict[str, Any]:
+    """B minus A for each rate over the planning tasks both runs have, with a paired percentile
+    bootstrap 95% interval: each resample draws tasks once and scores both runs on them."""
+    ra = {str(r["id"]): r for r in a if r.get("kind", "planning") == "planning"}
+    rb = {str(r["id"]): r for r in b if r.get("kind", "planning") == "planning"}
+    shared = sorted(set(ra) & set(rb))
+    out: dict[str, Any] = {"shared": len(shared), "only_a": len(set(ra) - set(rb)), "only_b": len(set(rb) - set(ra))}
+    ia, ib = _indicators([ra[i] for i in shared]), _indicators([rb[i] for i in shared])
+    bs = Bootstrap(len(shared), bootstrap, seed)
+
+    def ratio(h: np.ndarray, m: np.ndarray) -> float | None:
+        return float(h[m].mean()) if m.any() else None
+
+    for key in PAIRED_RATES:
+        (ha, ma), (hb, mb) = ia[key], ib[key]
+        va, vb = ratio(ha, ma), ratio(hb, mb)
+        d: dict[str, Any] = {"a": _r(va), "b": _r(vb), "diff": _r(vb - va) if va is not None and vb is not None else None,
+                             "ci": [None, None]}
+        if d["diff"] is not None and bs.idx is not None:
+            sa, na = (ha * ma)[bs.idx].sum(1), ma[bs.idx].sum(1)
+            sb, nb = (hb * mb)[bs.idx].sum(1), mb[bs.idx].sum(1)
+            ok = (na > 0) & (nb > 0)
+            diffs = sb[ok] / nb[ok] - sa[ok] / na[ok]
+            if len(diffs):
+                d["ci"] = [_r(float(np.percentile(diffs, 2.5))), _r(float(np.percentile(diffs, 97.5)))]
+        out[key] = d
+    pa = {str(r["id"]): r for r in a if r.get("kind") == "plan"}
+    pb = {str(r["id"]): r for r in b if r.get("kind") == "plan"}
+    pshared = sorted(set(pa) & set(pb))
+    if pshared:  # plan-generation runs: VAL-valid plans, paired the same way
+        ha = np.array([bool(pa[i].get("valid")) for i in pshared], dtype=float)
+        hb = np.array([bool(pb[i].get("valid")) for i in pshared], dtype=float)
+        pbs = Bootstrap(len(pshared), bootstrap, seed)
+        d = {"a": _r(float(ha.mean())), "b": _r(float(hb.mean())), "diff": _r(float(hb.mean() - ha.mean())),
+             "ci": [None, None], "shared": len(pshared)}
+        if pbs.idx is not None:
+            diffs = hb[pbs.idx].mean(1) - ha[pbs.idx].mean(1)
+            d["ci"] = [_r(float(np.percentile(diffs, 2.5))), _r(float(np.percentile(diffs, 97.5)))]
+        out["plan_valid"] = d
     return out

@@ -1,6 +1,7 @@
 """One evaluation: a policy on a task file under a planner-call budget, written to a folder.
 
     out/
+      run.json           what the run was started with (policy, budget, solver config, tool versions, ...)
       traces.jsonl       one line per task as it finishes (episodes: every step's text, spec, verdict,
                          Judge score, times, plus the faithfulness report; transfer: answer, correct)
       episodes.parquet   the episode log (omtr.validation), checked with its expectation suite
@@ -16,6 +17,10 @@ episode's final spec is checked against the task's reference right away (on the 
 while the solver workers plan the next batch) and its line is appended and flushed, so a killed
 run keeps what finished and ``resume=True`` skips those tasks. Transfer tasks (ProntoQA, NATURAL
 PLAN) are answered in text and scored with the task suite's scorers.
+
+The Judge scores every spec an episode writes (the loop asks it about the Actor's; the Editor's are
+scored here as the episode ends), so its AUC can pool all candidates as the paper does. A harness
+policy that carries its own scores (``file:`` with ``"score"`` per attempt) gives them instead.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class EvalConfig:
     figures: bool = field(default=True, metadata={"help": "write PNG figures and report.html"})
     full_check: bool = field(default=False, metadata={
         "help": "run the checker's mapping search even on specs identical to the reference"})
+    judge_all_steps: bool = field(default=True, metadata={
+        "help": "score the Editor's specs with the Judge too (the paper's pooled AUC), not only the Actor's"})
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -88,6 +95,50 @@ def finished(path: Path) -> dict[str, dict]:
     return out
 
 
+def benchmark_set(task) -> str:
+    """The set a task is reported under: its PlanBench configuration, else its family."""
+    source = str((getattr(task, "meta", None) or {}).get("source") or "")
+    if source.startswith("planbench/"):
+        return "planbench/" + source.split("/")[1]
+    return task.family or "none"
+
+
+def score_steps(policy, episode) -> None:
+    """Judge scores for the steps the loop did not score (the Editor's), in one call per episode."""
+    given = getattr(policy, "step_scores", None)
+    if callable(given):
+        scores = given(str(episode.task.id), len(episode.steps))
+        for s, v in zip(episode.steps, scores):
+            if v is not None:
+                s.judge_score = float(v)
+        return
+    if not getattr(policy, "uses_judge", True):
+        return
+    from omtr.inference import prompts as P
+
+    todo = [s for s in episode.steps if s.judge_score is None]
+    if not todo:
+        return
+    scores = policy.judge([P.judge_messages(episode.task, P.spec_text(s.domain, s.problem, s.text)) for s in todo])
+    for s, v in zip(todo, scores):
+        s.judge_score = float(v)
+
+
+def read_traces(path: Path) -> list[dict]:
+    """The records of a trace file, read only (a cut-short last line is skipped, not removed)."""
+    if not path.exists():
+        return []
+    out: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+                out[str(rec["id"])] = rec
+            except (ValueError, KeyError, TypeError):
+                continue
+    return list(out.values())
+
+
 def same_spec(a: tuple[str, str], b: tuple[str, str]) -> bool:
     """Equal after normalising layout, comments and case (as the solver's cache keys specs)."""
     from omtr.solver.cache import normalise
@@ -117,9 +168,12 @@ def faithfulness(task, ep_json: dict, *, full_check: bool = False) -> dict[str, 
 
 
 def text_answers(policy, tasks: Sequence, sampling) -> dict[str, str]:
-    """Transfer tasks answered in text: a harness's stored answer, else one greedy generation."""
+    """Transfer tasks answered in text: a harness's stored answer, a baseline's own method, else one
+    greedy generation of the role model."""
     if hasattr(policy, "answer"):
         return {t.id: policy.answer(t) for t in tasks}
+    if hasattr(policy, "answer_texts"):  # a baseline: its own method on a free-text task
+        return dict(zip([t.id for t in tasks], policy.answer_texts([t.nl for t in tasks], sampling)))
     msgs = [[{"role": "user", "content": t.nl}] for t in tasks]
     backend = getattr(policy, "backend", None)
     if backend is not None:  # a baseline: ask its LLM directly
@@ -133,8 +187,14 @@ def text_answers(policy, tasks: Sequence, sampling) -> dict[str, str]:
 
 def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config: EvalConfig | None = None,
              policy_name: str = "", resume: bool = False, progress: Callable[[int], None] | None = None,
-             on_record: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Run ``policy`` on ``tasks`` with environment ``env`` (anything with ``solve_many``); returns metrics."""
+             on_record: Callable[[dict], None] | None = None, solver_config=None,
+             run_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``policy`` on ``tasks`` with environment ``env`` (anything with ``solve_many``); returns metrics.
+
+    ``solver_config`` (default: ``env.config``) and ``run_info`` (``backend``, ``model``,
+    ``tasks_file``) go into the provenance; a resumed run under another policy, budget or solver
+    config raises :class:`~omtr.evaluation.provenance.RunMismatch` before anything is written."""
+    from omtr.evaluation import provenance as prov
     from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
 
@@ -143,15 +203,31 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     out.mkdir(parents=True, exist_ok=True)
     traces = out / TRACES
     done = finished(traces) if resume else {}
-    if not resume and traces.exists():
-        traces.unlink()
+    name = policy_name or getattr(policy, "name", "policy")
     excluded = dict(getattr(policy, "excluded", {}) or {})
     tasks = [t for t in tasks if str(t.id) not in excluded]
+    solver = prov.solver_settings(solver_config if solver_config is not None else getattr(env, "config", None))
+    key = prov.run_key(policy=name, budget=cfg.budget, solver=solver)
+    if resume and done:
+        prov.check_resume(out, key, done)
+    if not resume and traces.exists():
+        traces.unlink()
+    info = dict(run_info or {})
+    provenance = {
+        "policy": name, "backend": info.get("backend"), "policy_options": info.get("options"),
+        "model": prov.model_info(info.get("model")),
+        "budget": cfg.budget, "solver": solver, "tools": prov.tool_versions(), "omtr": prov.omtr_version(),
+        "tasks": {"file": str(info["tasks_file"]) if info.get("tasks_file") else None,
+                  "sha256": prov.sha256_file(info["tasks_file"]) if info.get("tasks_file") else None,
+                  "count": len(tasks), "task_set": prov.task_set_hash(tasks)},
+        "eval": {"seed": cfg.seed, "bootstrap": cfg.bootstrap, "max_new_tokens": cfg.max_new_tokens,
+                 "greedy": True, "judge_all_steps": cfg.judge_all_steps, "full_check": cfg.full_check},
+    }
+    prov.write_run_file(out, key, provenance)
     by_id = {str(t.id): t for t in tasks}
     todo = [t for t in tasks if str(t.id) not in done]
     timing: dict[str, float] = {"faithfulness_s": 0.0}
     sampling = Sampling(greedy=True, seed=cfg.seed, **({"max_new_tokens": cfg.max_new_tokens} if cfg.max_new_tokens else {}))
-    name = policy_name or getattr(policy, "name", "policy")
     t0 = time.perf_counter()
 
     with open(traces, "a", encoding="utf-8") as fh:
@@ -164,8 +240,13 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                 progress(1)
 
         def finish_episode(ep) -> None:
+            if cfg.judge_all_steps:
+                tj = time.perf_counter()
+                score_steps(policy, ep)
+                timing["judge_steps_s"] = timing.get("judge_steps_s", 0.0) + time.perf_counter() - tj
             rec = ep.to_json()
             task = by_id[str(rec["id"])]
+            rec["set"] = benchmark_set(task)
             tf = time.perf_counter()
             rec["faithful"] = faithfulness(task, rec, full_check=cfg.full_check)
             timing["faithfulness_s"] += time.perf_counter() - tf
@@ -182,6 +263,14 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
             k = policy.budget_for(str(t.id), cfg.budget) if hasattr(policy, "budget_for") else cfg.budget
             groups.setdefault(k, []).append(t)
         tl = time.perf_counter()
+        if getattr(policy, "writes_plans", False):  # PlanBench's protocol: plans checked by VAL, no episode loop
+            from omtr.evaluation.plans import score_plans
+
+            env_cfg = solver_config if solver_config is not None else getattr(env, "config", None)
+            for rec in score_plans(policy, planning, sampling, batch_size=cfg.batch_size, solver_config=env_cfg):
+                rec["set"], rec["policy"] = benchmark_set(by_id[str(rec["id"])]), name
+                write(rec)
+            groups = {}
         for k, group in sorted(groups.items()):
             run_episodes(group, policy, env, budget=k, sampling=sampling, batch_size=cfg.batch_size,
                          judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
@@ -193,12 +282,12 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
             for t in transfer:
                 ans = answers.get(t.id)
                 ok = bool(ans) and benches[t.family].score(t, ans)
-                write({"id": t.id, "family": t.family, "kind": "transfer", "policy": name, "answer": ans,
+                write({"id": t.id, "family": t.family, "set": benchmark_set(t), "kind": "transfer", "policy": name, "answer": ans,
                        "answered": bool(ans), "correct": ok})
             timing["transfer_s"] = time.perf_counter() - tt
     timing["run_s"] = time.perf_counter() - t0
     metrics = finish(out, [str(t.id) for t in tasks], cfg, policy_name=name, timing=timing, resumed=len(done),
-                     excluded=excluded)
+                     excluded=excluded, provenance=provenance, policy_report=getattr(policy, "report", None))
     return metrics
 
 
@@ -210,7 +299,8 @@ def read_records(out: Path, ids: Sequence[str] | None = None) -> list[dict]:
 
 
 def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name: str, timing: dict | None = None,
-           resumed: int = 0, excluded: dict[str, str] | None = None) -> dict[str, Any]:
+           resumed: int = 0, excluded: dict[str, str] | None = None, provenance: dict[str, Any] | None = None,
+           policy_report: dict[str, Any] | None = None) -> dict[str, Any]:
     """metrics.json, the validated episode log, figures and report.html from the trace file."""
     from omtr.evaluation.metrics import compute_metrics
 
@@ -226,6 +316,11 @@ def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name
             modes[r.get("mode") or "full"] = modes.get(r.get("mode") or "full", 0) + 1
     metrics["modes"] = dict(sorted(modes.items()))  # full | domain-given: who wrote the domain
     metrics["excluded"] = {"count": len(excluded or {}), "ids": sorted(excluded or {})[:50]}
+    if provenance is None and (out / "run.json").is_file():
+        provenance = json.loads((out / "run.json").read_text(encoding="utf-8")).get("provenance")
+    metrics["provenance"] = provenance
+    if policy_report:
+        metrics["policy_file"] = policy_report
     timing.update(solver_stages(records))
     if cfg.validate_log:
         t = time.perf_counter()

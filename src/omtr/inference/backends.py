@@ -2,7 +2,11 @@
 
 A backend turns chat prompts into text, batched; it knows nothing about roles or budgets:
 
-    chat(prompts, sampling, *, stop_when=None, grammar=False) -> list[Generation]
+    chat(prompts, sampling, *, stop_when=None, grammar=False, domains=None) -> list[Generation]
+
+``domains[i]``, when given, is prompt i's given domain (the domain-given mode): its answer is a
+problem alone, so a grammar sent for it is the problem-only grammar
+(``pddl_ebnf(problem_only=True)``), and a local model decodes it under its problem grammar.
 
 * ``hf:PROFILE|DIR|HF_FOLDER`` — a local Hugging Face causal LM through omtr's role model loader:
   ``hf:small`` (SmolLM2-135M-Instruct), ``hf:micro`` (a tiny random model for tests), a model
@@ -14,8 +18,9 @@ A backend turns chat prompts into text, batched; it knows nothing about roles or
   at most ``max_concurrency`` at a time, and fail with one :class:`BackendError` sentence that
   says what went wrong (authentication, a rejected request, a malformed answer, an unreachable
   server). Where the server can constrain output with a grammar, ``grammar=...`` sends omtr's
-  PDDL grammar (``vllm``: ``structured_outputs.grammar``; ``vllm-legacy``: ``guided_grammar``;
-  ``llamacpp``: ``grammar`` in GBNF, which omtr's EBNF already is).
+  PDDL grammar, rendered in the server's dialect (``vllm``: ``structured_outputs.grammar``;
+  ``vllm-legacy``: ``guided_grammar``; both xgrammar's EBNF; ``llamacpp``: ``grammar`` in GBNF as
+  llama.cpp's C++ parser reads it: :mod:`omtr.inference.grammar_dialects`).
 
 Register another backend with :func:`register_backend`; ``make_backend("name:arg", **options)``
 builds one. The standard library is enough for the HTTP backend (no client package needed).
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+from omtr.inference import grammar_dialects
 from omtr.inference.policy import Generation, Messages, Sampling
 
 log = logging.getLogger(__name__)
@@ -69,7 +75,8 @@ class Backend(Protocol):
     name: str
 
     def chat(self, prompts: Sequence[Messages], sampling: Sampling, *,
-             stop_when: Callable[[str], bool] | None = None, grammar: bool = False) -> list[Generation]: ...
+             stop_when: Callable[[str], bool] | None = None, grammar: bool = False,
+             domains: Sequence[str | None] | None = None) -> list[Generation]: ...
 
 
 BACKENDS: dict[str, Callable[..., Backend]] = {}
@@ -112,9 +119,8 @@ def cut_at_stop(text: str, stop_when: Callable[[str], bool] | None) -> tuple[str
 # ----------------------------------------------------------------------------------- grammar
 
 
-@functools.lru_cache(maxsize=1)
-def pddl_grammar() -> str:
-    """omtr's PDDL grammar (EBNF, also valid GBNF), read without importing torch."""
+@functools.lru_cache(maxsize=2)
+def _source_grammar(problem_only: bool = False) -> str:
     here = Path(__file__).resolve().parent.parent / "model" / "grammar.py"
     spec = importlib.util.spec_from_file_location("_omtr_pddl_grammar", here)
     if spec is None or spec.loader is None:
@@ -122,24 +128,45 @@ def pddl_grammar() -> str:
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("_omtr_pddl_grammar", mod)
     spec.loader.exec_module(mod)
-    return mod.pddl_ebnf()
+    return mod.pddl_ebnf(problem_only=problem_only)
+
+
+@functools.lru_cache(maxsize=None)
+def pddl_grammar(dialect: str = "xgrammar", *, problem_only: bool = False) -> str:
+    """omtr's PDDL grammar in a server's dialect (:mod:`omtr.inference.grammar_dialects`), read
+    without importing torch. ``xgrammar`` is the source the local decoder compiles;
+    ``problem_only``: the root is a problem alone (answers for a given domain)."""
+    try:
+        return grammar_dialects.render(_source_grammar(problem_only), dialect)
+    except grammar_dialects.DialectError as exc:
+        raise BackendError(f"omtr's PDDL grammar cannot be sent as {dialect!r}: {exc}") from None
 
 
 GRAMMAR_MODES = ("none", "vllm", "vllm-legacy", "llamacpp")
 
 
-def grammar_fields(mode: str) -> dict:
-    """Request fields that carry the PDDL grammar to a server of the given kind."""
+def grammar_fields(mode: str, *, problem_only: bool = False) -> dict:
+    """Request fields that carry the PDDL grammar, in the server's dialect, to a server of the given
+    kind; ``problem_only`` for a prompt whose domain is given (the answer is a problem alone)."""
     if mode == "none":
         return {}
-    g = pddl_grammar()
     if mode == "vllm":
-        return {"structured_outputs": {"grammar": g}}
+        return {"structured_outputs": {"grammar": pddl_grammar("vllm", problem_only=problem_only)}}
     if mode == "vllm-legacy":
-        return {"guided_grammar": g}
+        return {"guided_grammar": pddl_grammar("vllm-legacy", problem_only=problem_only)}
     if mode == "llamacpp":
-        return {"grammar": g}
+        return {"grammar": pddl_grammar("llamacpp", problem_only=problem_only)}
     raise BackendError(f"unknown grammar mode {mode!r}; choose from {', '.join(GRAMMAR_MODES)}")
+
+
+def _check_domains(prompts, domains) -> list[str | None] | None:
+    """``domains`` as a list as long as ``prompts`` (None: no prompt has a given domain)."""
+    if domains is None:
+        return None
+    domains = [d or None for d in domains]
+    if len(domains) != len(prompts):
+        raise BackendError(f"{len(prompts)} prompts but {len(domains)} given domains")
+    return domains if any(domains) else None
 
 
 # ------------------------------------------------------------------------------------- local
@@ -163,13 +190,20 @@ class HFBackend:
                 self._model = load_policy(self.spec, **({"device": self.device} if self.device else {}))
             return self._model
 
-    def chat(self, prompts, sampling, *, stop_when=None, grammar=False):
+    def chat(self, prompts, sampling, *, stop_when=None, grammar=False, domains=None):
         if not prompts:
             return []
         model = self.model
-        if "grammar" in inspect.signature(model.generate).parameters:
-            return model.generate("actor", list(prompts), sampling, stop_when=stop_when, grammar=grammar)
-        return model.generate("actor", list(prompts), sampling, stop_when=stop_when)  # no grammar switch
+        domains = _check_domains(prompts, domains)
+        params = inspect.signature(model.generate).parameters
+        kw = {}
+        if "grammar" in params:
+            kw["grammar"] = grammar
+        if domains is not None:
+            if "domains" not in params:
+                raise BackendError(f"{self.name}: the model's generate() takes no given domains (domains=)")
+            kw["domains"] = domains
+        return model.generate("actor", list(prompts), sampling, stop_when=stop_when, **kw)
 
 
 @register_backend("hf", "local Hugging Face model: hf:small (SmolLM2), hf:micro, hf:DIR")
@@ -215,13 +249,15 @@ class OpenAIBackend:
         self.cfg, self.name, self._sleep = config, f"openai:{config.url}", sleep
         self.requests = 0  # HTTP requests sent, retries included
         self._count = threading.Lock()
+        self._model_checked = False
+        self._model_lock = threading.Lock()
 
     def _key(self) -> str | None:
         if not self.cfg.key_env:
             return None
         return os.environ.get(self.cfg.key_env) or None
 
-    def body(self, messages: Messages, sampling: Sampling, grammar: bool) -> dict:
+    def body(self, messages: Messages, sampling: Sampling, grammar: bool, *, problem_only: bool = False) -> dict:
         out = {"model": self.cfg.model, "messages": list(messages), "max_tokens": sampling.max_new_tokens,
                "temperature": 0.0 if sampling.greedy else sampling.temperature, "n": 1}
         if not sampling.greedy:
@@ -229,21 +265,52 @@ class OpenAIBackend:
         if sampling.seed is not None:
             out["seed"] = sampling.seed
         if grammar:
-            out.update(grammar_fields(self.cfg.grammar))
+            out.update(grammar_fields(self.cfg.grammar, problem_only=problem_only))
         return out
 
-    def chat(self, prompts, sampling, *, stop_when=None, grammar=False):
+    def chat(self, prompts, sampling, *, stop_when=None, grammar=False, domains=None):
         prompts = list(prompts)
         if not prompts:
             return []
+        given = _check_domains(prompts, domains) or [None] * len(prompts)
+        self.check_model()
         with cf.ThreadPoolExecutor(max_workers=min(self.cfg.max_concurrency, len(prompts)),
                                    thread_name_prefix="omtr-llm") as pool:
-            futures = [pool.submit(self._one, p, sampling, stop_when, grammar) for p in prompts]
+            futures = [pool.submit(self._one, p, sampling, stop_when, grammar, bool(d)) for p, d in zip(prompts, given)]
             return [f.result() for f in futures]
 
-    def _one(self, messages, sampling, stop_when, grammar) -> Generation:
+    def check_model(self) -> None:
+        """Once per backend: a model name the server does not list is an error.
+
+        Some servers answer any name with the model they have (llama-cpp-python's server does),
+        so a misspelt ``--llm-model`` would otherwise go unnoticed. A server without a readable
+        ``GET /models`` (or the name ``default``) is not checked."""
+        with self._model_lock:
+            if self._model_checked:
+                return
+            self._model_checked = True
+            if self.cfg.model == "default":
+                return
+            url = self.cfg.endpoint[: -len("/chat/completions")] + "/models"
+            headers = {"Accept": "application/json"}
+            key = self._key()
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            try:
+                req = urllib.request.Request(url, headers=headers, method="GET")
+                with urllib.request.urlopen(req, timeout=min(self.cfg.timeout_s, 10.0)) as resp:
+                    listed = [m["id"] for m in json.loads(resp.read())["data"]]
+            except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+                log.debug("model list at %s not read (%s); the model name is not checked", url, exc)
+                return
+            if listed and self.cfg.model not in listed:
+                shown = ", ".join(repr(m) for m in listed[:8]) + (" ..." if len(listed) > 8 else "")
+                raise BackendRequestError(f"{url} does not list the model {self.cfg.model!r} (it serves {shown}); "
+                                          "pass one of these as --llm-model")
+
+    def _one(self, messages, sampling, stop_when, grammar, problem_only=False) -> Generation:
         t0 = time.perf_counter()
-        data = self._post(self.body(messages, sampling, grammar))
+        data = self._post(self.body(messages, sampling, grammar, problem_only=problem_only))
         try:
             choice = data["choices"][0]
             text = choice["message"]["content"]

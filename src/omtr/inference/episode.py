@@ -227,11 +227,13 @@ class _Runner:
         prompts = [self._prompt(role, i) for i in batch]
         given = self._mode(batch[0]) == "domain-given"
         t = time.perf_counter()
+        # a policy that answers by task id (a replay of fixed attempts) gets the ids beside the prompts
+        by_id = {"task_ids": [self.episodes[i].task.id for i in batch]} if getattr(self.policy, "routes_by_id", False) else {}
         if given:  # the batch's given domains: the policy writes (and scopes) a problem for each
             gens = self.policy.generate(role, prompts, self.sampling, stop_when=problem_complete,
-                                        domains=[self.episodes[i].task.domain for i in batch])
+                                        domains=[self.episodes[i].task.domain for i in batch], **by_id)
         else:
-            gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete)
+            gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete, **by_id)
         gen_ms = (time.perf_counter() - t) * 1000
         if len(gens) != len(batch):
             raise RuntimeError(f"the policy returned {len(gens)} generations for {len(batch)} prompts")

@@ -61,7 +61,9 @@ class Policy(Protocol):
         ``stop_when(text_so_far)`` returning True ends that sequence early (e.g. once both the
         domain and the problem block are closed). ``domains`` (the domain-given mode; the loop
         passes it only there) holds each prompt's given domain: the answer is then a problem for
-        that domain alone, which a constrained decoder may scope to the domain's names."""
+        that domain alone, which a constrained decoder may scope to the domain's names. A policy
+        with ``routes_by_id = True`` also gets ``task_ids=`` (each prompt's task id), beside
+        ``domains`` in a domain-given batch."""
         ...
 
     def judge(self, prompts: Sequence[Messages]) -> list[float]:

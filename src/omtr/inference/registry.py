@@ -60,6 +60,18 @@ register_policy("mutant", "mutant:<kind>: references through one checker mutator
 register_policy("file", "file:PATH: replay specs from JSONL ({id, domain, problem} per attempt)")(_harness("file"))
 
 
+@register_policy("plan", "plan:zero-shot | plan:cot: the LLM writes the plan itself, checked by VAL (PlanBench's protocol)")
+def _plan(arg, *, tasks, backend, options, **_):
+    mod = importlib.import_module("omtr.evaluation.plans")
+    be = backend if not isinstance(backend, str) and backend is not None else make_backend(
+        backend or "hf:small", **options.get("backend_options", {}))
+    policy = mod.PlanPolicy(be, arg or "zero-shot")
+    transfer = importlib.import_module("omtr.evaluation.run").is_transfer
+    policy.excluded = {str(t.id): "plan policies score PlanBench tasks only (their NL action templates)"
+                       for t in tasks if not transfer(t) and (t.reference is None or mod.planbench_config(t) is None)}
+    return policy
+
+
 @register_policy("model", "a trained omtr role model (--model DIR or a profile), greedy")
 def _model(arg, *, model, options, **_):
     from omtr.inference.loading import load_policy
@@ -77,8 +89,11 @@ def _baseline_factory(key: str):
         be = backend if not isinstance(backend, str) and backend is not None else make_backend(
             arg or backend or "hf:small", **options.get("backend_options", {}))
         kw = {"seed": options.get("seed", 0)}
+        if options.get("grammar") is not None:
+            kw["grammar"] = bool(options["grammar"])
         if key == "tot":
             kw["budget"] = budget
+            kw.update({k: options[k] for k in ("breadth", "beam", "thought_tokens") if options.get(k) is not None})
         return baseline(key, be, **kw)
 
     return factory

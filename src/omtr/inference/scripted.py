@@ -12,12 +12,12 @@ From the command line: ``omtr infer --model scripted:ANSWERS.jsonl``, one line p
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.jsonl import JsonlError, read_jsonl
 
 
 class PolicyLoadError(ValueError):
@@ -56,21 +56,17 @@ class ScriptedPolicy:
         if not p.is_file():
             raise PolicyLoadError(f"scripted answers file {p} does not exist")
         scripts, scores = {}, {}
-        with open(p, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise PolicyLoadError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-                texts = rec.get("texts") if isinstance(rec, dict) else None
+        try:
+            for n, rec in read_jsonl(p, what="scripted answers file"):
+                texts = rec.get("texts")
                 if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts) \
                         or not isinstance(rec.get("id"), str):
                     raise PolicyLoadError(f'{p}:{n}: expected {{"id": "...", "texts": ["<answer>", ...]}}')
                 scripts[rec["id"]] = texts
                 if isinstance(rec.get("score"), (int, float)):
                     scores[rec["id"]] = float(rec["score"])
+        except JsonlError as exc:
+            raise PolicyLoadError(str(exc)) from None
         return cls.for_tasks(tasks, scripts, scores_by_id=scores)
 
     # ------------------------------------------------------------------ Policy
