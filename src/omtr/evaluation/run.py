@@ -84,7 +84,12 @@ def finished(path: Path) -> dict[str, dict]:
         data = f.read()
         if data and not data.endswith(b"\n"):
             f.truncate(data.rfind(b"\n") + 1)
-    out = {}
+    return _records_by_id(path)
+
+
+def _records_by_id(path: Path) -> dict[str, dict]:
+    """Trace records by task id (the last one of an id wins); lines that do not parse are skipped."""
+    out: dict[str, dict] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
@@ -128,15 +133,7 @@ def read_traces(path: Path) -> list[dict]:
     """The records of a trace file, read only (a cut-short last line is skipped, not removed)."""
     if not path.exists():
         return []
-    out: dict[str, dict] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-                out[str(rec["id"])] = rec
-            except (ValueError, KeyError, TypeError):
-                continue
-    return list(out.values())
+    return list(_records_by_id(path).values())
 
 
 def same_spec(a: tuple[str, str], b: tuple[str, str]) -> bool:
