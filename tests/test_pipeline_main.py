@@ -111,7 +111,7 @@ def test_a_killed_main_job_resumes_training_from_its_checkpoint(tmp_path):
     assert p.returncode == -signal.SIGKILL
     r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "[prepare] identical inputs already finished" in r.stdout
+    assert "[prepare] reused: same parameters, inputs and source" in r.stdout
     assert "[train] continuing unfinished run" in r.stdout and "[train] resuming from the checkpoint" in r.stdout
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name("resume-test").experiment_id
