@@ -56,7 +56,7 @@ def main() -> None:
     base_cfg = model.cfg
     results: dict = {"model": args.model, "budget": args.budget, "samples": args.samples,
                      "max_new_tokens": args.max_new_tokens}
-    files = [(m, f) for m, f in (("full", args.full), ("domain-given", args.given)) if f]
+    files = [(m, f) for m, f in (("domain-given", args.given), ("full", args.full)) if f]
     with SolverPool(workers=1, config=SolverConfig(time_limit_s=60)) as pool:
         for mode, path in files:
             tasks = list(load_training_tasks(path))
@@ -80,6 +80,7 @@ def main() -> None:
                     "syntax_not_cut_off": sum(s.finish_reason != "length" and not s.verdict.success
                                               and _cat(s.verdict) == "syntax" for s in steps),
                     "scope_fallbacks": int(sum(s.times.get("scope_fallbacks", 0.0) for s in steps)),
+                    "scope_left": int(sum(s.times.get("scope_left", 0.0) for s in steps)),
                     "scope_ms_per_decode_ms": round(scope_ms / decode_ms, 4) if decode_ms else None,
                     "greedy_wall_s": round(time.perf_counter() - t0, 1),
                     "by_family": {},
@@ -99,6 +100,11 @@ def main() -> None:
                     row[f"pass@{args.samples}"] = round(sum(hit.values()) / len(hit), 4)
                     row["sample_success_rate"] = round(sum(e.success for e in sep) / len(sep), 4)
                     row["sample_categories"] = dict(Counter(_cat(e.steps[0].verdict) for e in sep))
+                    ss = [e.steps[0] for e in sep]
+                    row["sample_cut_off"] = sum(s.finish_reason == "length" for s in ss)
+                    row["sample_syntax_not_cut_off"] = sum(s.finish_reason != "length" and _cat(s.verdict) == "syntax"
+                                                           for s in ss)
+                    row["sample_scope_left"] = int(sum(s.times.get("scope_left", 0.0) for s in ss))
                     row["sampling_wall_s"] = round(time.perf_counter() - t1, 1)
                 results[key] = row
                 Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -355,9 +355,11 @@ class GrammarState:
 
             try:
                 self.scope.feed_text(piece)
-            except Reject:
+            except Reject as e:
                 self.scope_left = True
                 self.scope = None
+                log.warning("scope rules refused %r after %r (%s); the rest of this answer is unscoped",
+                            piece, self.text[-80:-len(piece) or None], e)
         if not self._name_done and "(:domain" in self.text[-len(piece) - 9:]:
             m = _AT_PROBLEM_DOMAIN.search(self.text)
             if m:
@@ -400,7 +402,7 @@ def _admit(tracker, idx: _Index, allowed):
     rest = allowed & idx.lead0
     if tracker.word_due():
         p = tracker.word
-        closed, _ = tracker.word_constraint()
+        closed, banned = tracker.word_constraint()
         if closed is not None:
             ends_here = False
             words = np.zeros(len(texts), dtype=bool)
@@ -424,6 +426,10 @@ def _admit(tracker, idx: _Index, allowed):
                 for c in _chars(idx.first[free]):
                     if not tracker.admits(chr(c)):
                         free &= idx.first != c
+            for b in banned or ():  # a taken name at the length limit: nothing can extend it past
+                if len(b) >= tracker.name_len + b.startswith("?") and b.startswith(p):
+                    for i in idx.pure_ids.get(b[len(p):], ()):
+                        free[i] = False
             keep |= free
             sim.extend(np.flatnonzero(allowed & idx.wordish & ~free).tolist())
     else:

@@ -524,7 +524,8 @@ class RoleModel(nn.Module):
                 finish_reason=finish[i] or "length",
                 timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
                          "grammar_ms": 1000 * grammar_s, "batch": float(B),
-                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks)}
+                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks),
+                             "scope_left": float(states[i].scope_left)}
                             if states and mode == "scoped" else {})},
             ))
         return gens
