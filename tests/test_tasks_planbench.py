@@ -108,5 +108,8 @@ def test_sampled_references_solved_no_longer_than_gold(imported):
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
+@pytest.mark.skipif(not os.environ.get("OMTR_FULL_DATA"),
+                    reason="every PlanBench reference (about 3 CI minutes): set OMTR_FULL_DATA=1; "
+                           "the sampled test above runs the same checks on 300 of them")
 def test_all_references_solved_no_longer_than_gold(imported):
     _solve_within_gold(imported)
