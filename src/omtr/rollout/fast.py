@@ -50,11 +50,13 @@ class EngineError(ValueError):
 def _quantize(linears: list[nn.Linear]) -> list[nn.Module]:
     import warnings
 
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+    # Per output row scales: SmolLM2's linears have outlier rows that one scale per tensor
+    # (quantize_dynamic's default) would crush.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices (the kernels stay)
-        q = quantize_dynamic(nn.ModuleList(linears), {nn.Linear}, dtype=torch.qint8)
+        q = quantize_dynamic(nn.ModuleList(linears), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
     return list(q)
 
 
@@ -88,7 +90,8 @@ class FastEngine:
 
     name = "fast"
 
-    def __init__(self, model, *, quantize: bool = True, threads: int | None = None):
+    def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
+                 keep_fp32: Sequence[str] = ("down",)):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -97,6 +100,7 @@ class FastEngine:
             raise EngineError(f"the fast engine runs on CPU; the model is on {model.device}: use --engine hf")
         self.model = model
         self.quantize = quantize
+        self.keep_fp32 = tuple(keep_fp32)  # slots (qkv, o, gate_up, down, head) left in fp32
         self.exact = not quantize
         self.threads = threads
         self.H = cfg.hidden_size
@@ -187,6 +191,7 @@ class FastEngine:
                     key = (i, slot)
                     if not adapted and key in shared:
                         setattr(L, slot, shared[key])
+                        pending.append((L, slot, shared[key]))  # quantized once, below
                         continue
                     lin = _linear(w, b)
                     setattr(L, slot, lin)
@@ -199,6 +204,7 @@ class FastEngine:
             w, b, adapted = parts((base.get_output_embeddings(),), role)
             if not adapted and "head" in shared:
                 rw.head = shared["head"]
+                pending.append((rw, "head", rw.head))
             else:
                 rw.head = _linear(w, b)
                 pending.append((rw, "head", rw.head))
@@ -207,12 +213,11 @@ class FastEngine:
             rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
             weights[role] = rw
         if self.quantize:
+            pending = [x for x in pending if x[1] not in self.keep_fp32]
             uniq = list({id(lin): lin for _, _, lin in pending}.values())
             qs = dict(zip((id(x) for x in uniq), _quantize(uniq)))
             for owner, slot, lin in pending:
                 setattr(owner, slot, qs[id(lin)])
-            for key, lin in list(shared.items()):
-                shared[key] = qs.get(id(lin), lin)
         self.weights = weights
         self._prefixes.clear()
         self._version = m._params_version()
