@@ -462,6 +462,9 @@ class RoleModel(nn.Module):
         states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
         active = list(range(B))
         grammar_s = 0.0
+        from omtr.progress import GenerationProgress
+
+        bar = GenerationProgress(role, B)
         t1 = time.perf_counter()
         for _ in range(sampling.max_new_tokens):
             forced: list[int | None] = [None] * len(active)
@@ -502,6 +505,7 @@ class RoleModel(nn.Module):
                     keep.append(row)
                     continue
                 decode_ms[i] = 1000 * (now - t1)
+            bar.step(len(active), len(keep))
             if not keep:
                 break
             if len(keep) < len(active):
@@ -515,6 +519,7 @@ class RoleModel(nn.Module):
                      **{self._cache_kw: cache})
             cache, logits = _cache_of(out), out.logits[:, -1].float()
             next_pos = next_pos + 1
+        bar.close()
         gens = []
         for i in range(B):
             ids = tokens[i]

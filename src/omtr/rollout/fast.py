@@ -88,7 +88,7 @@ class _RoleWeights:
 class FastEngine:
     """A CPU rollout engine over a :class:`~omtr.model.roles.RoleModel` (see the module doc)."""
 
-    name = "fast"
+    engine_name = "fast"
 
     def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
                  keep_fp32: Sequence[str] = ("down",)):
@@ -272,10 +272,10 @@ class FastEngine:
                  cache: "_RowCache | None", causal_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
         """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S].
 
-        ``prefix``: per layer (K, V) [1, kv, P, d] every row attends to (None: none). ``cache``:
+        ``prefix``: per layer (K, V) [kv, P, d] every row attends to (None: the prefix pass itself). ``cache``:
         the rows' own keys/values; the new ones are appended to it (None: the prefix pass, whose
-        keys/values are returned instead). ``causal_mask`` [B, 1, 1, S, T] is added to the scores
-        of the rows' own part (True = visible). Returns the final hidden states and, for the prefix
+        keys/values are returned instead). ``causal_mask`` [B, 1, g·S, T] says which of the rows' own
+        keys each query sees (True = visible; queries ordered by head group, then position). Returns the final hidden states and, for the prefix
         pass, the per-layer (K, V)."""
         B, S, _ = x.shape
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
@@ -291,25 +291,25 @@ class FastEngine:
             k = self._rotate(k.view(B, S, nkv, d), cos, sin)
             v = v.view(B, S, nkv, d)
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, kv, S, d]
-            qg = q.view(B, S, nkv, g, d).permute(0, 2, 3, 1, 4)  # [B, kv, g, S, d]
-            if cache is None:  # the prefix pass: plain causal attention over itself
-                out_kv.append((k, v))
+            if cache is None:  # the prefix pass (a batch of one): plain causal attention over itself
+                out_kv.append((k[0], v[0]))  # [kv, P, d]
                 att = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 1),
                                                      v.repeat_interleave(g, 1), is_causal=True)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
             else:
+                # query rows ordered (group, position) per kv head: no broadcast copies of K/V
+                qh = q.view(B, S, nkv, g, d).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * S, d)
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                s_r = (qg @ K.unsqueeze(2).transpose(-1, -2)) * scale  # [B, kv, g, S, T]
+                s_r = (qh @ K.transpose(-1, -2)) * scale  # [B, kv, gS, T]
                 s_r = s_r.masked_fill(~causal_mask, float("-inf"))
-                if prefix is not None:
-                    Kp, Vp = prefix[i]
-                    s_p = (qg @ Kp.unsqueeze(2).transpose(-1, -2)) * scale  # [B, kv, g, S, P]
-                    P = s_p.shape[-1]
-                    p = torch.softmax(torch.cat([s_p, s_r], dim=-1), dim=-1)
-                    o = p[..., :P] @ Vp.unsqueeze(2) + p[..., P:] @ V.unsqueeze(2)
-                else:
-                    o = torch.softmax(s_r, dim=-1) @ V.unsqueeze(2)
-                att = o.permute(0, 3, 1, 2, 4).reshape(B, S, nh * d)
+                Kp, Vp = prefix[i]  # [kv, P, d], shared by every row
+                P = Kp.shape[1]
+                qp = qh.transpose(0, 1).reshape(nkv, B * g * S, d)
+                s_p = ((qp @ Kp.transpose(-1, -2)) * scale).view(nkv, B, g * S, P).transpose(0, 1)  # [B, kv, gS, P]
+                p = torch.softmax(torch.cat([s_p, s_r], dim=-1), dim=-1)
+                pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g * S, P)
+                o = (pp @ Vp).view(nkv, B, g * S, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, gS, d]
+                att = o.view(B, nkv, g, S, d).permute(0, 3, 1, 2, 4).reshape(B, S, nh * d)
             x = x + L.o(att)
             h = self._rms(x, L.post_norm)
             gate, up = L.gate_up(h).chunk(2, dim=-1)
@@ -398,7 +398,8 @@ class FastEngine:
         cache = _RowCache(len(rw.layers), B, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
         cache.valid[:, :S] = valid
         causal = torch.tril(torch.ones((S, S), dtype=torch.bool))  # [S, T=S]
-        mask = (causal.unsqueeze(0) & valid.unsqueeze(1)).view(B, 1, 1, S, S)
+        G = self.n_heads // self.n_kv
+        mask = (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1).expand(B, G, S, S).reshape(B, 1, G * S, S)
         x = F.embedding(ids, rw.embed).float()
         h, _ = self._forward(rw, x, pos, prefix, cache, mask)
         logits = self._logits(rw, h[:, -1])
@@ -469,7 +470,7 @@ class FastEngine:
             x = F.embedding(choice.view(n, 1), rw.embed).float()
             cache.reserve(1)
             cache.valid[:, cache.length] = True
-            step_mask = cache.valid[:, :cache.length + 1].view(n, 1, 1, 1, -1)
+            step_mask = cache.valid[:, :cache.length + 1].view(n, 1, 1, -1)
             h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
             logits = self._logits(rw, h[:, -1])
             next_pos = next_pos + 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 class HFEngine:
     """A thin view of the role model as a rollout engine; it generates with the policy itself."""
 
-    name = "hf"
+    engine_name = "hf"
     exact = True
 
     def __init__(self, model):
