@@ -118,6 +118,37 @@ def test_refresh_after_an_optimizer_step_changes_outputs(micro):
     assert [g.token_ids for g in ref] == [g.token_ids for g in after]
 
 
+def test_refresh_rebuilds_only_what_an_optimizer_step_changed(micro):
+    """With the backbone frozen a step on the Actor's adapter re-merges only the Actor's adapted
+    linears; the rest are kept (the same objects) and the result is that of a full rebuild."""
+    m = micro
+    fast = make_engine("fast", m)
+    total = len(fast._built)
+    kept = {k: mod for k, (_, mod) in fast._built.items() if k[0] != "actor"}
+    lora = [p for n, p in m.named_parameters() if "lora_B" in n and ".actor." in n]
+    assert lora
+    saved = [p.detach().clone() for p in lora]
+    with torch.no_grad():
+        for p in lora:
+            p.add_(0.05)
+    try:
+        fast.refresh()
+        adapted = [k for k in fast._built if k[0] == "actor"]
+        assert fast.rebuilt == len(adapted) > 0 and fast.rebuilt < total
+        assert all(fast._built[k][1] is mod for k, mod in kept.items())
+        fast.refresh()
+        assert fast.rebuilt == 0  # nothing changed since
+        reused = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+        fast.refresh(reuse=False)
+        assert fast.rebuilt == total
+        full = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+        assert [(g.token_ids, g.logprobs) for g in reused] == [(g.token_ids, g.logprobs) for g in full]
+    finally:
+        with torch.no_grad():
+            for p, v in zip(lora, saved):
+                p.copy_(v)
+
+
 def test_trainer_recomputes_old_logprobs_with_the_policy(micro, tmp_path):
     from omtr.rl.config import train_profile
     from omtr.rl.trainer import StepItem, Trainer

@@ -19,7 +19,8 @@ What makes it faster than the role model's own ``generate`` on a CPU:
 
 The engine is a snapshot: :meth:`FastEngine.refresh` re-merges from the policy (the trainer asks
 for it after every optimizer step; a parameter change is also noticed on its own through the
-tensors' version counters).
+tensors' version counters). Only linears whose sources changed are merged and quantized again:
+with a frozen backbone, those an adapter touches.
 """
 
 from __future__ import annotations
@@ -47,27 +48,52 @@ class EngineError(ValueError):
     pass
 
 
-def _quantize(linears: list[nn.Linear]) -> list[nn.Module]:
-    import warnings
+class _Int8Linear:
+    """A dynamically quantized int8 linear (int8 weights with one scale per output row,
+    activations quantized on the fly), what ``torch.ao``'s ``quantize_dynamic`` with
+    ``per_channel_dynamic_qconfig`` makes, packed once (``torch.ao``'s module packs three times)."""
 
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    __slots__ = ("_packed", "out_features")
 
-    # Per output row scales: SmolLM2's linears have outlier rows that one scale per tensor
-    # (quantize_dynamic's default) would crush.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's deprecation notices (the kernels stay)
-        q = quantize_dynamic(nn.ModuleList(linears), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
-    return list(q)
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        import warnings
+
+        from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+        w = weight.detach().float()
+        # the observer of per_channel_dynamic_qconfig: symmetric, qint8, per output row
+        obs = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+        obs(w)
+        scale, zero = obs.calculate_qparams()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's deprecation notice for quantized tensors (the kernels stay)
+            qw = torch.quantize_per_channel(w, scale.double(), zero.long(), 0, torch.qint8)
+        self._packed = torch.ops.quantized.linear_prepack(qw, None if bias is None else bias.detach().float())
+        self.out_features = w.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self._packed, reduce_range=True)
+
+    def weight_bias(self):
+        """The int8 weight and the fp32 bias (unpacked copies)."""
+        return torch.ops.quantized.linear_unpack(self._packed)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
-    lin = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    with torch.no_grad():
-        lin.weight.copy_(weight.float())
-        if bias is not None:
-            lin.bias.copy_(bias.float())
-    lin.requires_grad_(False)
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, *, copy: bool) -> nn.Linear:
+    """An fp32 ``nn.Linear`` around ``weight``/``bias``, copied when ``copy``, without the random
+    initialisation of a fresh layer."""
+    lin = torch.nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None)
+    w = weight.detach().float()
+    lin.weight = nn.Parameter(w.clone() if copy else w, requires_grad=False)
+    if bias is not None:
+        b = bias.detach().float()
+        lin.bias = nn.Parameter(b.clone() if copy else b, requires_grad=False)
     return lin
+
+
+def _stamp(t: torch.Tensor | None):
+    """What identifies a tensor's current contents: its storage, in-place version and shape."""
+    return None if t is None else (t.data_ptr(), t._version, tuple(t.shape), t.dtype)
 
 
 class _Layer:
@@ -116,6 +142,8 @@ class FastEngine:
         self._version = None
         self._stale = True
         self._prefixes: dict[str, tuple[tuple[int, ...], list]] = {}
+        self._built: dict[tuple, tuple] = {}  # (role or None, layer, slot) -> (source stamps, module)
+        self.rebuilt = 0  # linears the last refresh made anew
         self.refresh_s = 0.0
         self.refreshes = 0
         self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
@@ -148,35 +176,52 @@ class FastEngine:
         return not self._stale and self._version == self.model._params_version()
 
     @torch.no_grad()
-    def refresh(self) -> float:
-        """Merge the policy's current adapters and role vectors into new weights; returns seconds."""
+    def refresh(self, *, reuse: bool = True) -> float:
+        """Take the policy's current adapters and role vectors; returns seconds.
+
+        Each engine linear (fused q/k/v, o, gate/up, down, head, per role where an adapter
+        touches it, shared otherwise) is keyed by what it is made of: the base weights and, where
+        adapted, the role's LoRA A/B and scaling, each by storage and in-place version. With
+        ``reuse`` one whose sources did not change since the last refresh is kept as it is: with a
+        frozen backbone an optimizer step re-merges and re-quantizes only the adapted linears
+        (SmolLM2's small profile: q/k/v and o; gate/up, down and the head stay). ``reuse=False``
+        rebuilds everything."""
         from peft.tuners.lora import LoraLayer
 
         t0 = time.perf_counter()
         m = self.model
         base = m.base_model
         dec = getattr(base, base.base_model_prefix)
-        shared: dict[int, nn.Module] = {}
+        previous = self._built if reuse else {}
+        built: dict[tuple, tuple] = {}
+        rebuilt = 0
 
-        def parts(mods, role):
-            ws, bs, adapted = [], [], False
+        def adapted_by(mod, role) -> bool:
+            return isinstance(mod, LoraLayer) and role in mod.lora_A and not getattr(mod, "merged", False)
+
+        def make(slot: str, key: tuple, mods, role: str) -> nn.Module:
+            nonlocal rebuilt
+            adapted = any(adapted_by(mod, role) for mod in mods)
+            stamps = []
             for mod in mods:
-                if isinstance(mod, LoraLayer):
-                    lin = mod.base_layer
-                    w = lin.weight.detach().float()
-                    if role in mod.lora_A and not getattr(mod, "merged", False):
-                        w = w + mod.get_delta_weight(role).float()
-                        adapted = True
+                lin = mod.base_layer if isinstance(mod, LoraLayer) else mod
+                stamps += [_stamp(lin.weight), _stamp(lin.bias)]
+                if adapted_by(mod, role):
+                    stamps += [_stamp(mod.lora_A[role].weight), _stamp(mod.lora_B[role].weight),
+                               float(mod.scaling[role])]
+            key = (role if adapted else None, *key)  # unadapted linears are shared by the roles
+            stamps = tuple(stamps)
+            hit = built.get(key)
+            if hit is None:
+                old = previous.get(key)
+                if old is not None and old[0] == stamps:
+                    hit = old
                 else:
-                    lin = mod
-                    w = lin.weight.detach().float()
-                ws.append(w)
-                bs.append(None if lin.bias is None else lin.bias.detach().float())
-            bias = None if all(b is None for b in bs) else torch.cat(
-                [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
-            return torch.cat(ws) if len(ws) > 1 else ws[0], bias, adapted
+                    hit = (stamps, self._build(slot, mods, role, adapted_by))
+                    rebuilt += 1
+                built[key] = hit
+            return hit[1]
 
-        pending: list[tuple[object, str, nn.Linear]] = []
         weights = {}
         for role in GENERATING_ROLES:
             rw = _RoleWeights()
@@ -187,46 +232,43 @@ class FastEngine:
                 L.post_norm = layer.post_attention_layernorm.weight.detach().float().clone()
                 for slot, mods in (("qkv", (a.q_proj, a.k_proj, a.v_proj)), ("o", (a.o_proj,)),
                                    ("gate_up", (mlp.gate_proj, mlp.up_proj)), ("down", (mlp.down_proj,))):
-                    w, b, adapted = parts(mods, role)
-                    key = (i, slot)
-                    if not adapted and key in shared:
-                        setattr(L, slot, shared[key])
-                        pending.append((L, slot, shared[key]))  # quantized once, below
-                        continue
-                    lin = _linear(w, b)
-                    setattr(L, slot, lin)
-                    pending.append((L, slot, lin))
-                    if not adapted:
-                        shared[key] = lin
+                    setattr(L, slot, make(slot, (i, slot), mods, role))
                 rw.layers.append(L)
             rw.norm = dec.norm.weight.detach().float().clone()
             rw.embed = dec.embed_tokens.weight.detach()
-            w, b, adapted = parts((base.get_output_embeddings(),), role)
-            if not adapted and "head" in shared:
-                rw.head = shared["head"]
-                pending.append((rw, "head", rw.head))
-            else:
-                rw.head = _linear(w, b)
-                pending.append((rw, "head", rw.head))
-                if not adapted:
-                    shared["head"] = rw.head
+            rw.head = make("head", ("head",), (base.get_output_embeddings(),), role)
             rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
             weights[role] = rw
-        if self.quantize:
-            pending = [x for x in pending if x[1] not in self.keep_fp32]
-            uniq = list({id(lin): lin for _, _, lin in pending}.values())
-            qs = dict(zip((id(x) for x in uniq), _quantize(uniq)))
-            for owner, slot, lin in pending:
-                setattr(owner, slot, qs[id(lin)])
         self.weights = weights
+        self._built = built
+        self.rebuilt = rebuilt
         self._prefixes.clear()
         self._version = m._params_version()
         self._stale = False
         s = time.perf_counter() - t0
         self.refresh_s += s
         self.refreshes += 1
-        log.debug("fast engine refreshed in %.2f s", s)
+        log.debug("fast engine refreshed in %.2f s (%d of %d linears rebuilt)", s, rebuilt, len(built))
         return s
+
+    def _build(self, slot: str, mods, role: str, adapted_by) -> nn.Module:
+        """One engine linear: the modules' weights concatenated (rows), the role's LoRA deltas
+        added where it adapts them, then int8 unless the slot is kept in fp32."""
+        ws, bs = [], []
+        for mod in mods:
+            lin = mod.base_layer if hasattr(mod, "base_layer") else mod
+            w = lin.weight.detach().float()
+            if adapted_by(mod, role):
+                w = w + mod.get_delta_weight(role).float()
+            ws.append(w)
+            bs.append(None if lin.bias is None else lin.bias.detach().float())
+        bias = None if all(b is None for b in bs) else torch.cat(
+            [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
+        weight = torch.cat(ws) if len(ws) > 1 else ws[0]
+        quantize = self.quantize and slot not in self.keep_fp32
+        if quantize:
+            return _Int8Linear(weight, bias)
+        return _linear(weight, bias, copy=True)  # the tensors may be the policy's own
 
     def memory_bytes(self) -> int:
         """Bytes of the weights this engine holds beyond the policy's (merged and quantized copies,
@@ -238,8 +280,8 @@ class FastEngine:
             if id(mod) in seen:
                 return 0
             seen.add(id(mod))
-            if hasattr(mod, "_packed_params"):
-                w, b = mod._weight_bias()
+            if isinstance(mod, _Int8Linear):
+                w, b = mod.weight_bias()
                 n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
                     torch.per_channel_affine, torch.per_channel_symmetric) else 8)
                 return n + (b.numel() * 4 if b is not None else 0)
