@@ -311,20 +311,29 @@ class FastEngine:
         return x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin
 
     def _forward(self, rw: _RoleWeights, x: torch.Tensor, pos: torch.Tensor, prefix: list | None,
-                 cache: "_RowCache | None", causal_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+                 cache: "_RowCache | None", own_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
         """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S].
 
-        ``prefix``: per layer (K, V) [kv, P, d] every row attends to (None: the prefix pass itself). ``cache``:
-        the rows' own keys/values; the new ones are appended to it (None: the prefix pass, whose
-        keys/values are returned instead). ``causal_mask`` [B, 1, g·S, T] says which of the rows' own
-        keys each query sees (True = visible; queries ordered by head group, then position). Returns the final hidden states and, for the prefix
-        pass, the per-layer (K, V)."""
+        ``prefix``: per layer (K, V) [kv, P, d] every row attends to (None: the prefix pass itself).
+        ``cache``: the rows' own keys/values; the new ones are appended to it (None: the prefix
+        pass, whose keys/values are returned instead). ``own_mask`` [B, S, T] says which of the
+        rows' own keys each query sees (True = visible). Returns the final hidden states and, for
+        the prefix pass, the per-layer (K, V).
+
+        Attention: the prefix pass and the rows' prefill (S > 1) go through PyTorch's fused
+        ``scaled_dot_product_attention`` (blockwise, grouped-query heads without copies; for the
+        rows the shared prefix keys are put in front of each row's own); a decode step (S = 1)
+        multiplies against the shared prefix once for all rows (no per-row copy of it)."""
         B, S, _ = x.shape
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         g = nh // nkv
         cos, sin = self._rope(pos)
         scale = d ** -0.5
         out_kv = []
+        full_mask = None
+        if cache is not None and S > 1:
+            P = prefix[0][0].shape[1] if prefix else 0
+            full_mask = torch.cat([own_mask.new_ones((B, S, P)), own_mask], dim=-1).unsqueeze(1)  # [B, 1, S, P+T]
         for i, L in enumerate(rw.layers):
             h = self._rms(x, L.in_norm)
             qkv = L.qkv(h)
@@ -335,23 +344,28 @@ class FastEngine:
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, kv, S, d]
             if cache is None:  # the prefix pass (a batch of one): plain causal attention over itself
                 out_kv.append((k[0], v[0]))  # [kv, P, d]
-                att = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(g, 1),
-                                                     v.repeat_interleave(g, 1), is_causal=True)
+                att = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
-            else:
-                # query rows ordered (group, position) per kv head: no broadcast copies of K/V
-                qh = q.view(B, S, nkv, g, d).permute(0, 2, 3, 1, 4).reshape(B, nkv, g * S, d)
+            elif S > 1:  # the rows' prefill: each row's keys are [shared prefix; own tokens]
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                s_r = (qh @ K.transpose(-1, -2)) * scale  # [B, kv, gS, T]
-                s_r = s_r.masked_fill(~causal_mask, float("-inf"))
+                Kp, Vp = prefix[i]
+                Kf = torch.cat([Kp.unsqueeze(0).expand(B, -1, -1, -1), K], dim=2)
+                Vf = torch.cat([Vp.unsqueeze(0).expand(B, -1, -1, -1), V], dim=2)
+                att = F.scaled_dot_product_attention(q.transpose(1, 2), Kf, Vf, attn_mask=full_mask, enable_gqa=True)
+                att = att.transpose(1, 2).reshape(B, S, nh * d)
+            else:  # a decode step: the g query heads of a kv head side by side, no copies of K/V
+                qh = q.view(B, nkv, g, d)
+                K, V = cache.append(i, k, v)  # [B, kv, T, d]
+                s_r = (qh @ K.transpose(-1, -2)) * scale  # [B, kv, g, T]
+                s_r = s_r.masked_fill(~own_mask.unsqueeze(1), float("-inf"))
                 Kp, Vp = prefix[i]  # [kv, P, d], shared by every row
                 P = Kp.shape[1]
-                qp = qh.transpose(0, 1).reshape(nkv, B * g * S, d)
-                s_p = ((qp @ Kp.transpose(-1, -2)) * scale).view(nkv, B, g * S, P).transpose(0, 1)  # [B, kv, gS, P]
+                qp = qh.transpose(0, 1).reshape(nkv, B * g, d)
+                s_p = ((qp @ Kp.transpose(-1, -2)) * scale).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
                 p = torch.softmax(torch.cat([s_p, s_r], dim=-1), dim=-1)
-                pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g * S, P)
-                o = (pp @ Vp).view(nkv, B, g * S, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, gS, d]
-                att = o.view(B, nkv, g, S, d).permute(0, 3, 1, 2, 4).reshape(B, S, nh * d)
+                pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g, P)
+                o = (pp @ Vp).view(nkv, B, g, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, g, d]
+                att = o.reshape(B, 1, nh * d)
             x = x + L.o(att)
             h = self._rms(x, L.post_norm)
             gate, up = L.gate_up(h).chunk(2, dim=-1)
@@ -440,8 +454,7 @@ class FastEngine:
         cache = _RowCache(len(rw.layers), B, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
         cache.valid[:, :S] = valid
         causal = torch.tril(torch.ones((S, S), dtype=torch.bool))  # [S, T=S]
-        G = self.n_heads // self.n_kv
-        mask = (causal.unsqueeze(0) & valid.unsqueeze(1)).unsqueeze(1).expand(B, G, S, S).reshape(B, 1, G * S, S)
+        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, S, T]
         x = F.embedding(ids, rw.embed).float()
         h, _ = self._forward(rw, x, pos, prefix, cache, mask)
         logits = self._logits(rw, h[:, -1])
@@ -512,7 +525,7 @@ class FastEngine:
             x = F.embedding(choice.view(n, 1), rw.embed).float()
             cache.reserve(1)
             cache.valid[:, cache.length] = True
-            step_mask = cache.valid[:, :cache.length + 1].view(n, 1, 1, -1)
+            step_mask = cache.valid[:, :cache.length + 1].view(n, 1, -1)
             h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
             logits = self._logits(rw, h[:, -1])
             next_pos = next_pos + 1
