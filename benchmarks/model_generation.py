@@ -5,9 +5,10 @@
     python benchmarks/model_generation.py --modes plain,scoped --greedy
 
 Prints one JSON object: load time, prompt length, and per mode the wall time, new tokens, tokens/s,
-prefill, grammar and scope milliseconds (the scope rules' share of the grammar time), the grammar's
-share of decode time, finish reasons (a sequence stops once its domain and problem blocks are
-closed), and lint's category for each output (``lint_ok`` when lint finds nothing; the planner is
+prefill, grammar and scope milliseconds, the grammar's and the scope rules' shares of decode time
+(the scope rules' milliseconds summed over the batch's sequences, over the batch's decode time;
+the grammar's include the scope rules'), finish reasons (a sequence stops once its domain and
+problem blocks are closed), and lint's category for each output (``lint_ok`` when lint finds nothing; the planner is
 not run). The modes run one after the other in one process on the same prompts.
 """
 
@@ -81,7 +82,9 @@ def main() -> None:
             "wall_s": round(wall, 2), "new_tokens": new, "tokens_per_s": round(new / wall, 1),
             "prefill_ms": round(tm["prefill_ms"]), "decode_ms": round(decode_ms), "grammar_ms": round(tm["grammar_ms"]),
             "scope_ms": round(scope_ms), "grammar_share_of_decode": round(tm["grammar_ms"] / decode_ms, 3) if decode_ms else None,
+            "scope_share_of_decode": round(scope_ms / decode_ms, 3) if decode_ms and scope_ms else None,
             "scope_fallbacks": int(sum(g.timings.get("scope_fallbacks", 0) for g in gens)),
+            "scope_left": int(sum(g.timings.get("scope_left", 0) for g in gens)),
             "finish": [g.finish_reason for g in gens], "lint": categories,
         }
     print(json.dumps(result, indent=2))

@@ -287,3 +287,68 @@ def test_micro_samples_under_scoped_decoding_never_fail_on_names(micro):
             assert cat not in NAME_ERRORS and cat != "syntax", (cat, g.text)
         else:
             assert g.finish_reason == "length", g.text
+
+
+def _copycat_walk(grammar, seed: int, *, max_steps: int = 300):
+    """A walk that, where it can, retypes a name already taken and drives names to the length
+    limit: the corners (a duplicate at the limit, a full list) a uniform walk seldom reaches."""
+    rng = random.Random(seed)
+    st = grammar.state(scoped=True)
+    bm = grammar.allocate_bitmask(1)
+    pieces = grammar.vocab.pieces
+    V = grammar.vocab_size
+    for _ in range(max_steps):
+        tr = st.scope.clone() if st.scope is not None else None
+        grammar_bm = grammar.allocate_bitmask(1)
+        forced = st.fill(bm, 0)
+        if forced is None:
+            yield st, tr, grammar_bm, bm
+            ids = np.flatnonzero(np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:V])
+            tok = int(rng.choice(ids))
+            if tr is not None and tr.word_due() and rng.random() < 0.8:
+                _, banned = tr.word_constraint()
+                w = tr.word
+                copy = [i for i in ids if banned and any(b.startswith(w + pieces[i]) for b in banned)]
+                longer = [i for i in ids if pieces[i] and all(c.isalnum() or c in "_-" for c in pieces[i])]
+                tok = int(rng.choice(copy or longer or list(ids)))
+        else:
+            tok = forced
+        if tok == grammar.eos or not st.accept(tok, pieces[tok]) or st.matcher.is_terminated():
+            return
+
+
+def test_the_bulk_filter_admits_exactly_what_the_tracker_admits(tight):
+    """At every step of walks that chase the corners, the vocabulary-wide filter keeps a token
+    if and only if the tracker, fed that token's text, does not refuse it."""
+    pieces = tight.vocab.pieces
+    V = tight.vocab_size
+    steps = 0
+    for seed in range(6):
+        for st, tr, plain_bm, bm in _copycat_walk(tight, seed):
+            if tr is None:
+                continue
+            st.matcher.fill_next_token_bitmask(plain_bm, 0)
+            plain = np.unpackbits(plain_bm[0].numpy().view(np.uint8), bitorder="little")[:V].astype(bool)
+            keep = scoped_tokens(tr, tight.vocab, plain)
+            brute = np.array([bool(plain[i]) and tr.admits(pieces[i]) for i in range(V)])
+            diff = np.flatnonzero(keep != brute)
+            assert not diff.size, (st.text[-80:], [(pieces[i], bool(keep[i])) for i in diff[:8]])
+            steps += 1
+        assert not st.scope_left, (seed, st.text[-120:])
+    assert steps > 500
+
+
+def test_a_taken_name_at_the_length_limit_cannot_be_written_again(tight):
+    """The case that leaked in SmolLM2's answers: a predicate declared at the name limit, then the
+    same name again: the last piece must be masked out, not refused after it was sampled."""
+    g = tight
+    st = g.state(scoped=True)
+    text = "(define (domain d) (:requirements :strips) (:predicates (abcdefgh) (abcdefg"
+    for t in g.tokenizer.encode(text, add_special_tokens=False):
+        assert st.accept(t, g.vocab.pieces[t]), st.text
+    bm = g.allocate_bitmask(1)
+    st.fill(bm, 0)
+    keep = np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:g.vocab_size].astype(bool)
+    assert not st.scope.admits("h")
+    assert not any(keep[i] for i in range(g.vocab_size) if g.vocab.pieces[i].startswith("h"))
+    assert keep.any()
