@@ -3,6 +3,7 @@
     python benchmarks/rollout.py                        # SmolLM2 (small), 2 Gripper + 2 BlocksWorld tasks, K=2
     python benchmarks/rollout.py --n 8 --budget 6 --max-new-tokens 768 --out rollout.json   # omtr infer's settings
     python benchmarks/rollout.py --model micro --n 2 --max-new-tokens 32 --no-grammar-compare   # a smoke run
+    python benchmarks/rollout.py --engines --max-new-tokens 64 --episodes 32 --out engines.json   # hf vs fast
 
 Tasks are generated (seeded): ``--n`` Gripper tasks with 1-2 balls and ``--n`` BlocksWorld tasks
 with 2-3 blocks. The same tasks, sampling settings (greedy by default, as ``omtr infer``) and
@@ -199,6 +200,73 @@ def grammar_compare(model, tasks, sampling, batched: dict | None) -> dict:
     return row
 
 
+def engine_compare(model, args) -> dict:
+    """hf vs fast side by side: one Actor call per (engine, constraint, batch) on BlocksWorld prompts
+    (greedy), then a sampled call for the engine-vs-policy KL, and --episodes greedy episodes per
+    engine for episodes/min and outcome agreement."""
+    import torch
+
+    from omtr.inference.episode import run_episodes
+    from omtr.inference.extract import spec_complete
+    from omtr.inference.policy import Sampling
+    from omtr.inference.prompts import actor_messages
+    from omtr.rollout import make_engine
+    from omtr.solver import SolverPool
+    from omtr.tasks.generators import generate
+
+    tasks = generate("blocksworld", max(args.batches), args.seed, min_objects=2, max_objects=3, verify=False)
+    prompts = [actor_messages(t.for_training()) for t in tasks]
+    hf = make_engine("hf", model)
+    t0 = time.perf_counter()
+    fast = make_engine("fast", model)
+    fast_build = time.perf_counter() - t0
+    backbone = sum(p.numel() * p.element_size() for n, p in model.base_model.named_parameters() if "lora_" not in n)
+    out = {"threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens, "rows": [],
+           "fast_build_s": round(fast_build, 2), "refresh_s": round(min(fast.refresh() for _ in range(2)), 2),
+           "memory_mb": {"hf": 0.0, "fast": round(fast.memory_bytes() / 2**20, 1),
+                         "fp32_backbone": round(backbone / 2**20, 1)}}
+    greedy = Sampling(greedy=True, max_new_tokens=args.max_new_tokens)
+    for constraint in ("plain", "scoped"):
+        for B in args.batches:
+            for name, eng in (("hf", hf), ("fast", fast)):
+                eng.generate("actor", prompts[:1], Sampling(greedy=True, max_new_tokens=2), constraint=constraint)
+                t = time.perf_counter()
+                gens = eng.generate("actor", prompts[:B], greedy, stop_when=spec_complete, constraint=constraint)
+                wall = time.perf_counter() - t
+                new = sum(len(g.token_ids) for g in gens)
+                steps = max(len(g.token_ids) for g in gens)
+                pre = gens[0].timings["prefill_ms"] / 1000
+                row = {"engine": name, "constraint": constraint, "batch": B, "prefill_s": round(pre, 2),
+                       "decode_ms_per_step": round(1000 * (wall - pre) / steps, 1),
+                       "new_tokens_per_s": round(new / wall, 1), "new_tokens": new}
+                out["rows"].append(row)
+                print(f"[rollout] {row}", file=sys.stderr, flush=True)
+    sampled = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=1)
+    gens = fast.generate("actor", prompts[:args.batches[0]], sampled, stop_when=spec_complete, constraint="plain")
+    with torch.no_grad():
+        lp, mask = model.token_logprobs("actor", prompts[:args.batches[0]], [g.token_ids for g in gens],
+                                        temperature=0.7, constraint="plain")
+    diff = sum(e - p for g, row in zip(gens, lp.tolist()) for e, p in zip(g.logprobs, row))
+    out["engine_kl"] = round(diff / int(mask.sum()), 4)
+    if args.episodes:
+        ep_tasks = generate("blocksworld", args.episodes, args.seed + 1, min_objects=2, max_objects=3, verify=False)
+        from omtr.config import SolverConfig
+
+        outcomes = {}
+        with SolverPool(1, SolverConfig(cache=False)) as pool:
+            for name, eng in (("hf", hf), ("fast", fast)):
+                t = time.perf_counter()
+                eps = run_episodes(ep_tasks, eng, pool, budget=args.budget, sampling=greedy, judge=False,
+                                   batch_size=args.batches[0])
+                wall = time.perf_counter() - t
+                out[f"episodes_per_min_{name}"] = round(60 * len(eps) / wall, 2)
+                outcomes[name] = [_outcome(e.steps[-1].verdict) for e in eps]
+        out["outcomes_differ"] = sum(a != b for a, b in zip(outcomes["hf"], outcomes["fast"]))
+        out["outcome_tasks"] = len(ep_tasks)
+        out["outcomes"] = outcomes
+    return out
+
+
 def make_tasks(n: int, seed: int) -> list:
     from omtr.tasks.generators import generate
 
@@ -222,6 +290,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--keep-texts", action="store_true", help="keep every step's text in the JSON")
+    ap.add_argument("--engines", action="store_true",
+                    help="instead: rollout engines hf vs fast side by side (grammar plain and scoped, --batches)")
+    ap.add_argument("--batches", type=lambda v: [int(x) for x in v.split(",")], default=[8, 16],
+                    help="with --engines: batch sizes (default 8,16)")
+    ap.add_argument("--episodes", type=int, default=0,
+                    help="with --engines: greedy BlocksWorld episodes per engine (episodes/min, outcome agreement)")
     args = ap.parse_args()
 
     import torch
@@ -241,6 +315,13 @@ def main() -> None:
     t0 = time.perf_counter()
     model.grammar  # compile outside the timed runs
     grammar_compile_s = time.perf_counter() - t0
+    if args.engines:
+        res = engine_compare(model, args)
+        text = json.dumps(res, indent=2)
+        print(text)
+        if args.out:
+            open(args.out, "w").write(text + "\n")
+        return
     sampling = (Sampling(greedy=False, temperature=0.7, max_new_tokens=args.max_new_tokens, seed=args.seed)
                 if args.sample else Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
     judge = not args.no_judge

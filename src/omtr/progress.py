@@ -39,3 +39,39 @@ class Progress:
     def close(self) -> None:
         if self.enabled and self.done and time.monotonic() - self.start >= self.every_s:
             self.log.info("%s (finished)", self.line())
+
+
+class GenerationProgress:
+    """Progress of one batched generation, logged while it runs: new tokens/s, sequences still
+    running, elapsed. The first line comes after ``first_s``, then one every ``every_s``; quiet
+    under the same rules as :class:`Progress` (``--quiet`` sets WARNING logging; ``CI``)."""
+
+    def __init__(self, desc: str, sequences: int, *, first_s: float = 5.0, every_s: float = 10.0,
+                 logger: logging.Logger | None = None):
+        self.desc, self.sequences, self.every_s = desc, sequences, every_s
+        self.log = logger or logging.getLogger("omtr.progress")
+        self.enabled = not os.environ.get("CI") and self.log.isEnabledFor(logging.INFO)
+        self.tokens = 0
+        self.running = sequences
+        self.start = time.monotonic()
+        self.next = self.start + first_s
+        self.lines = 0
+
+    def step(self, new_tokens: int, running: int) -> None:
+        self.tokens += new_tokens
+        self.running = running
+        if self.enabled:
+            now = time.monotonic()
+            if now >= self.next:
+                self.next = now + self.every_s
+                self.lines += 1
+                self.log.info("%s", self.line(now))
+
+    def line(self, now: float | None = None) -> str:
+        elapsed = max((now or time.monotonic()) - self.start, 1e-9)
+        return (f"generating ({self.desc}): {self.running}/{self.sequences} sequences running, "
+                f"{self.tokens} new tokens, {self.tokens / elapsed:.1f} tokens/s, {elapsed:.0f} s elapsed")
+
+    def close(self) -> None:
+        if self.enabled and self.lines:
+            self.log.info("%s (done)", self.line())

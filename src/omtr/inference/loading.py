@@ -22,16 +22,27 @@ from omtr.inference.scripted import PolicyLoadError, ScriptedPolicy
 SCRIPTED = "scripted:"
 
 
-def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | None = None, **options) -> Policy:
+def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | None = None,
+                engine: str | None = None, **options) -> Policy:
     """The policy named by ``spec``. ``tasks`` is needed by ``scripted:`` (answers are keyed by id);
-    ``decoding`` overrides the role model's decoding constraint; ``options`` (e.g. ``device``) go
-    to the role model's loader."""
+    ``decoding`` overrides the role model's decoding constraint; ``engine`` names the rollout
+    engine that generates for a role model (:mod:`omtr.rollout`: ``hf``, the default, or
+    ``fast``); ``options`` (e.g. ``device``) go to the role model's loader."""
+    if engine is not None:
+        from omtr.rollout import UnknownEngine, check_engine_name
+
+        try:
+            check_engine_name(engine)
+        except UnknownEngine as exc:
+            raise PolicyLoadError(str(exc)) from None
     if decoding is not None and decoding not in DECODING_CONSTRAINTS:
         raise PolicyLoadError(f"decoding {decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
     if not spec or not spec.strip():
         raise PolicyLoadError("--model is empty; give a model directory, a profile (small, micro, paper) "
                               "or scripted:ANSWERS.jsonl")
     if spec.startswith(SCRIPTED):
+        if engine not in (None, "hf"):
+            raise PolicyLoadError(f"--engine {engine} runs role models; {spec} replays fixed answers")
         return ScriptedPolicy.from_jsonl(spec[len(SCRIPTED):], list(tasks or []))
     try:
         model = importlib.import_module("omtr.model")
@@ -58,4 +69,11 @@ def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | Non
         policy.cfg = policy.cfg.replace(decoding=decoding)
         if decoding == "off":
             policy.cfg = policy.cfg.replace(grammar=False)
+    if engine not in (None, "hf"):
+        from omtr.rollout import make_engine
+
+        try:
+            policy = make_engine(engine, policy)
+        except ValueError as exc:
+            raise PolicyLoadError(f"--engine {engine}: {exc}") from None
     return policy

@@ -79,7 +79,7 @@ def _model(arg, *, model, options, **_):
     spec = arg or model
     if not spec:
         raise UnknownPolicy("policy 'model' needs --model DIR (or a profile: small, micro, paper)")
-    kw = {k: options[k] for k in ("device", "decoding") if options.get(k)}
+    kw = {k: options[k] for k in ("device", "decoding", "engine") if options.get(k)}
     policy = load_policy(spec, **kw)
     return policy
 

@@ -326,39 +326,55 @@ class RoleModel(nn.Module):
             return z, z.bool()
         out, _, _ = self._prefill([p + c for p, c in zip(prompt_ids, comps)], ri, logits_to_keep=L + 1, reuse=False,
                                   max_prefix=min(len(p) for p in prompt_ids) - 1)
-        logits = out.logits[:, :-1].float() / temperature  # [B, L, V]: position j predicts token j of a right-aligned completion
-        V = logits.shape[-1]
-        rows = []
-        for b, c in enumerate(comps):
-            rows.append(logits[b, L - len(c):])  # this row's completion positions, left-aligned below
+        # [B, L, V], right-aligned: position L - len(c) + j predicts token j of completion c. The
+        # log-probabilities are taken there (logit - logsumexp, the grammar's masks applied in place
+        # to the one scaled copy) and only the [B, L] results are left-aligned: no padded copies
+        # of the vocabulary-wide tensor, no saved log-softmax.
+        logits = out.logits[:, :-1].float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        elif use_grammar:
+            logits = logits.clone()  # the masks are applied in place
+        starts = [L - len(c) for c in comps]
         targets = torch.zeros((B, L), dtype=torch.long, device=self.device)
-        mask = torch.zeros((B, L), dtype=torch.bool, device=self.device)
-        padded = logits.new_full((B, L, V), 0.0)
         for b, c in enumerate(comps):
-            padded[b, :len(c)] = rows[b]
-            targets[b, :len(c)] = torch.tensor(c, dtype=torch.long)
-            mask[b, :len(c)] = True
+            targets[b, starts[b]:] = torch.tensor(c, dtype=torch.long)
         if use_grammar:
-            padded = self._grammar_replay(padded, comps, mode, self._given(domains, len(comps)))
-        logp = torch.log_softmax(padded, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            bitmask = self._replay_bitmask(comps, mode, self._given(domains, len(comps)), L, starts)
+            self.grammar.apply(logits.view(B * L, -1), bitmask)
+        right = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, L]
+        col = torch.arange(L, device=self.device)
+        lens = torch.tensor([len(c) for c in comps], device=self.device)
+        mask = col.unsqueeze(0) < lens.unsqueeze(1)
+        idx = (col.unsqueeze(0) + (L - lens).unsqueeze(1)).clamp(max=L - 1)
+        logp = right.gather(1, idx)  # row b's token j at column j
         return logp.masked_fill(~mask, 0.0), mask
 
-    def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]], mode: str = "plain",
-                        given: list | None = None) -> torch.Tensor:
+    def _replay_bitmask(self, comps: list[list[int]], mode: str, given: list | None, L: int,
+                        starts: list[int] | None = None) -> torch.Tensor:
+        """The grammar's bitmask rows for completions replayed token by token: row ``b * L +
+        starts[b] + j`` (``starts`` default 0, left-aligned) is the mask token j of completion b
+        was chosen under; every other row allows everything."""
         g = self.grammar
-        B, L, V = logits.shape
-        bitmask = g.allocate_bitmask(B * L)
+        bitmask = g.allocate_bitmask(len(comps) * L)
         bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
         pieces = self.pieces
         for b, c in enumerate(comps):
             st = g.state(scoped=mode == "scoped", given=given[b] if given else None)
+            base = b * L + (starts[b] if starts else 0)
             for j, tok in enumerate(c):
-                st.fill(bitmask, b * L + j)
+                st.fill(bitmask, base + j)
                 if not st.accept(tok, pieces[tok] if tok < len(pieces) else ""):
                     raise ValueError(f"completion {b} leaves the grammar at token {j} ({tok}); "
                                      "pass grammar=False for text generated without it")
+        return bitmask
+
+    def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]], mode: str = "plain",
+                        given: list | None = None) -> torch.Tensor:
+        """Left-aligned ``logits`` [B, L, V] with the replayed masks applied (a masked copy)."""
+        B, L, V = logits.shape
         flat = logits.reshape(B * L, V).clone()
-        g.apply(flat, bitmask)
+        self.grammar.apply(flat, self._replay_bitmask(comps, mode, given, L))
         return flat.reshape(B, L, V)
 
     # ------------------------------------------------------------------ generation
@@ -462,6 +478,9 @@ class RoleModel(nn.Module):
         states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
         active = list(range(B))
         grammar_s = 0.0
+        from omtr.progress import GenerationProgress
+
+        bar = GenerationProgress(role, B)
         t1 = time.perf_counter()
         for _ in range(sampling.max_new_tokens):
             forced: list[int | None] = [None] * len(active)
@@ -502,6 +521,7 @@ class RoleModel(nn.Module):
                     keep.append(row)
                     continue
                 decode_ms[i] = 1000 * (now - t1)
+            bar.step(len(active), len(keep))
             if not keep:
                 break
             if len(keep) < len(active):
@@ -515,6 +535,7 @@ class RoleModel(nn.Module):
                      **{self._cache_kw: cache})
             cache, logits = _cache_of(out), out.logits[:, -1].float()
             next_pos = next_pos + 1
+        bar.close()
         gens = []
         for i in range(B):
             ids = tokens[i]

@@ -44,6 +44,8 @@ class TrainConfig:
     top_p: float = _f(1.0, "Nucleus mass of rollouts; 1.0 keeps the PPO ratio exact.")
     max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
     rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
+    rollout_engine: str = _f("hf", "Rollout engine (omtr.rollout): hf (the policy itself, exact) or fast (CPU: merged "
+                                   "adapters, int8 linears; the old log-probs are then recomputed by the policy).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
     decoding: str | None = _f(None, "Decoding constraint of rollouts: scoped, plain or off (None: the model's; "
                                     "see ModelConfig.decoding). When set it decides over `grammar` (scoped/plain "
@@ -119,6 +121,12 @@ class TrainConfig:
 
             ModelConfig(grammar_limits=dict(self.grammar_limits))  # the same check as the model's
 
+        from omtr.rollout import UnknownEngine, check_engine_name
+
+        try:
+            check_engine_name(self.rollout_engine)
+        except UnknownEngine as exc:
+            raise ConfigError(f"{exc} (e.g. --set rollout_engine=fast)") from None
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
                "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers")
         for name in pos:

@@ -204,6 +204,12 @@ class Trainer:
         random.seed(cfg.seed)
         self.models = build_models(cfg, model)
         self.distinct = list({id(m): m for m in self.models.values()}.values())
+        from omtr.rollout import make_engine
+
+        # one rollout engine per distinct model; hf is the model itself
+        self.engines = {id(m): make_engine(cfg.rollout_engine, m) for m in self.distinct}
+        self.exact_rollout = all(e.exact for e in self.engines.values())
+        self._refresh_s = 0.0
         hidden = self.models["actor"].base_model.config.hidden_size
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed + 7)
@@ -301,9 +307,11 @@ class Trainer:
         sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
                             max_new_tokens=cfg.max_new_tokens,
                             seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank)
-        policy = self.models["actor"] if len(self.distinct) == 1 else RoleRouter(self.models)
         for m in self.distinct:
             m.eval()
+        self._refresh_s = sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
+        engines = {r: self.engines[id(m)] for r, m in self.models.items()}
+        policy = engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)
         episodes = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
                                 budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
                                 judge=cfg.use_judge) if tasks else []
@@ -319,6 +327,7 @@ class Trainer:
         first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task
         items, judge_items = self._items(episodes, first)
         t1 = time.perf_counter()
+        engine_kl = None if self.exact_rollout else self._recompute_old(items)
         self._reference_pass(items)
         ref_s = time.perf_counter() - t1
         self._advantages(items)
@@ -332,6 +341,10 @@ class Trainer:
         calls = sum(e["calls"] for e in batch["episodes"])
         self.planner_calls += calls
         metrics = self._metrics(batch, stats, calls)
+        if engine_kl is not None:
+            metrics["engine_kl"] = engine_kl
+        if not self.exact_rollout:
+            metrics["engine_refresh_s"] = self._refresh_s
         self.history.append({"update": self.update, "cycle": (self.update - 1) // cfg.updates_per_cycle, **metrics})
         if self.coll.is_main:
             self._log_metrics(metrics, log_path, validation)
@@ -377,6 +390,31 @@ class Trainer:
         for k, j in enumerate(judge_items):
             j.index = offset + k
         return items, judge_items
+
+    # ------------------------------------------------------------------ PPO's old log-probs
+    @torch.no_grad()
+    def _recompute_old(self, items: list[StepItem]) -> float | None:
+        """A non-exact engine sampled the tokens: the log-probabilities that enter the PPO ratio as
+        "old" are the policy's own on those tokens, under the same masks (verl's recompute). Returns
+        the mean over tokens of ``log p_engine - log p_policy``, an estimate of KL(engine || policy)
+        on the rollout's tokens (the engine's samples); None when there are no tokens."""
+        diff, n = 0.0, 0
+        for role in GEN_ROLES:
+            todo = [it for it in items if it.role == role and it.tokens]
+            model = self.models[role]
+            model.eval()
+            for chunk in _chunks(todo, self.cfg.micro_batch_size):
+                lp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                                temperature=self.cfg.temperature, **_domains(chunk))
+                for b, it in enumerate(chunk):
+                    k = len(it.tokens)
+                    new = lp[b, :k].tolist()
+                    diff += sum(e - p for e, p in zip(it.old_logprobs, new))
+                    n += k
+                    it.old_logprobs = new
+        if self.coll.active:
+            diff, n = self.coll.sum([diff, n])
+        return diff / n if n else None
 
     # ------------------------------------------------------------------ reference pass / values
     @torch.no_grad()
@@ -541,6 +579,8 @@ class Trainer:
         ways their version counters do not see)."""
         for m in {id(m): m for m in self.models.values()}.values():
             getattr(m, "forget_prefixes", lambda: None)()
+        for e in getattr(self, "engines", {}).values():
+            e.mark_stale()  # the engine takes the new weights before the next rollout
 
     def _ppo_loss(self, role: str, chunk: list[StepItem]) -> tuple[torch.Tensor, dict]:
         cfg = self.cfg

@@ -87,8 +87,13 @@ class ServingLimits:
     workers: int = 1  # local solver processes
     fleet_retries: int = 2  # retries of one fleet batch before the request is answered 503
     fleet_overload_wait_s: float = 30.0  # how long a request waits on an overloaded fleet before its 503
+    engine: str = "auto"  # rollout engine (omtr.rollout): auto = fast on CPU, hf elsewhere
 
     def __post_init__(self) -> None:
+        from omtr.rollout import check_engine_name
+
+        if self.engine != "auto":
+            check_engine_name(self.engine)
         if self.max_tasks < 1 or self.max_task_chars < 1:
             raise ValueError("max_tasks and max_task_chars must be at least 1")
         if self.budget < 1:
@@ -339,7 +344,11 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         from omtr.model import load_model
 
         self.limits = ServingLimits.from_dict(getattr(context, "model_config", None))
-        self.model = load_model(context.artifacts[ARTIFACT_KEY])
+        from omtr.rollout import default_engine, make_engine
+
+        model = load_model(context.artifacts[ARTIFACT_KEY])
+        engine = default_engine(str(model.device)) if self.limits.engine == "auto" else self.limits.engine
+        self.model = model if engine == "hf" else make_engine(engine, model)
         self.env = None  # made on the first request (a local pool starts its workers then)
         self.metrics = _metrics_from_env()
 

@@ -1,0 +1,587 @@
+"""The ``fast`` CPU rollout engine.
+
+What makes it faster than the role model's own ``generate`` on a CPU:
+
+- **Merged weights.** Each generating role's LoRA deltas are added into a copy of the linears it
+  adapts (``W + s·B·A``), so a step runs one matmul per linear instead of three; the role vectors
+  are copied in. Linears no adapter touches are shared by the roles.
+- **int8 linears** (``torch.ao`` dynamic quantization: int8 weights, per-row scales, activations
+  quantized on the fly), the LM head included: about 5x less time in the vocabulary projection.
+  ``quantize=False`` keeps fp32 (then the engine matches the policy to float rounding).
+- **Fused projections and a lean decoder.** q/k/v are one linear, gate/up one linear; a
+  decoder written for the Llama/Qwen2 family (RMSNorm, RoPE, grouped-query attention, SwiGLU)
+  with its own KV cache: the shared prompt prefix (role vectors, system prompt, demonstration)
+  is held once as a batch of one and never repeated per row; each row's own tokens and answer
+  sit in a per-row cache that grows in blocks and shrinks when sequences finish.
+- **The same decoding loop and masks** as :meth:`omtr.model.roles.RoleModel.generate`: the
+  same :class:`omtr.model.grammar.GrammarState` per row (plain or scoped, given domains), forced
+  tokens, early stop, logprobs of the masked distribution at the sampling temperature.
+
+The engine is a snapshot: :meth:`FastEngine.refresh` re-merges from the policy (the trainer asks
+for it after every optimizer step; a parameter change is also noticed on its own through the
+tensors' version counters). Only linears whose sources changed are merged and quantized again:
+with a frozen backbone, those an adapter touches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from omtr.config import ROLE_NAMES
+from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
+
+log = logging.getLogger("omtr.rollout")
+
+SUPPORTED = ("llama", "qwen2")  # model_type values whose decoder this engine reproduces
+BLOCK = 64  # KV cache growth, in tokens
+
+
+class EngineError(ValueError):
+    pass
+
+
+class _Int8Linear:
+    """A dynamically quantized int8 linear (int8 weights with one scale per output row,
+    activations quantized on the fly), what ``torch.ao``'s ``quantize_dynamic`` with
+    ``per_channel_dynamic_qconfig`` makes, packed once (``torch.ao``'s module packs three times)."""
+
+    __slots__ = ("_packed", "out_features")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        import warnings
+
+        from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+        w = weight.detach().float()
+        # the observer of per_channel_dynamic_qconfig: symmetric, qint8, per output row
+        obs = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+        obs(w)
+        scale, zero = obs.calculate_qparams()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's deprecation notice for quantized tensors (the kernels stay)
+            qw = torch.quantize_per_channel(w, scale.double(), zero.long(), 0, torch.qint8)
+        self._packed = torch.ops.quantized.linear_prepack(qw, None if bias is None else bias.detach().float())
+        self.out_features = w.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self._packed, reduce_range=True)
+
+    def weight_bias(self):
+        """The int8 weight and the fp32 bias (unpacked copies)."""
+        return torch.ops.quantized.linear_unpack(self._packed)
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, *, copy: bool) -> nn.Linear:
+    """An fp32 ``nn.Linear`` around ``weight``/``bias``, copied when ``copy``, without the random
+    initialisation of a fresh layer."""
+    lin = torch.nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None)
+    w = weight.detach().float()
+    lin.weight = nn.Parameter(w.clone() if copy else w, requires_grad=False)
+    if bias is not None:
+        b = bias.detach().float()
+        lin.bias = nn.Parameter(b.clone() if copy else b, requires_grad=False)
+    return lin
+
+
+def _stamp(t: torch.Tensor | None):
+    """What identifies a tensor's current contents: its storage, in-place version and shape."""
+    return None if t is None else (t.data_ptr(), t._version, tuple(t.shape), t.dtype)
+
+
+class _Layer:
+    __slots__ = ("in_norm", "post_norm", "qkv", "o", "gate_up", "down")
+
+
+class _RoleWeights:
+    """One role's decoder: per-layer linears (some shared with the other role), norms, head."""
+
+    def __init__(self):
+        self.layers: list[_Layer] = []
+        self.norm = None
+        self.embed = None  # [V, H] fp32, the policy's own tensor (not copied)
+        self.head = None
+        self.role_vectors = None  # [R, H]
+
+
+class FastEngine:
+    """A CPU rollout engine over a :class:`~omtr.model.roles.RoleModel` (see the module doc)."""
+
+    engine_name = "fast"
+
+    def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
+                 keep_fp32: Sequence[str] = ("down",)):
+        cfg = model.base_model.config
+        if getattr(cfg, "model_type", None) not in SUPPORTED:
+            raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
+                              f"{getattr(cfg, 'model_type', '?')!r}: use --engine hf")
+        if model.device.type != "cpu":
+            raise EngineError(f"the fast engine runs on CPU; the model is on {model.device}: use --engine hf")
+        self.model = model
+        self.quantize = quantize
+        self.keep_fp32 = tuple(keep_fp32)  # slots (qkv, o, gate_up, down, head) left in fp32
+        self.exact = not quantize
+        self.threads = threads
+        self.H = cfg.hidden_size
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or self.H // self.n_heads
+        self.eps = cfg.rms_norm_eps
+        dec = getattr(model.base_model, model.base_model.base_model_prefix)
+        rot = dec.rotary_emb
+        self.inv_freq = rot.inv_freq.detach().float().cpu().clone()
+        self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self.weights: dict[str, _RoleWeights] = {}
+        self._version = None
+        self._stale = True
+        self._prefixes: dict[str, tuple[tuple[int, ...], list]] = {}
+        self._built: dict[tuple, tuple] = {}  # (role or None, layer, slot) -> (source stamps, module)
+        self.rebuilt = 0  # linears the last refresh made anew
+        self.refresh_s = 0.0
+        self.refreshes = 0
+        self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
+        self.last_masks: list[list] | None = None
+        self.refresh()
+
+    # ------------------------------------------------------------------ Policy members
+
+    @property
+    def cfg(self):
+        return self.model.cfg
+
+    @cfg.setter
+    def cfg(self, value):
+        self.model.cfg = value
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    def judge(self, prompts):
+        return self.model.judge(prompts)
+
+    # ------------------------------------------------------------------ weights
+
+    def mark_stale(self) -> None:
+        self._stale = True
+
+    def _current(self) -> bool:
+        return not self._stale and self._version == self.model._params_version()
+
+    @torch.no_grad()
+    def refresh(self, *, reuse: bool = True) -> float:
+        """Take the policy's current adapters and role vectors; returns seconds.
+
+        Each engine linear (fused q/k/v, o, gate/up, down, head, per role where an adapter
+        touches it, shared otherwise) is keyed by what it is made of: the base weights and, where
+        adapted, the role's LoRA A/B and scaling, each by storage and in-place version. With
+        ``reuse`` one whose sources did not change since the last refresh is kept as it is: with a
+        frozen backbone an optimizer step re-merges and re-quantizes only the adapted linears
+        (SmolLM2's small profile: q/k/v and o; gate/up, down and the head stay). ``reuse=False``
+        rebuilds everything."""
+        from peft.tuners.lora import LoraLayer
+
+        t0 = time.perf_counter()
+        m = self.model
+        base = m.base_model
+        dec = getattr(base, base.base_model_prefix)
+        previous = self._built if reuse else {}
+        built: dict[tuple, tuple] = {}
+        rebuilt = 0
+
+        def adapted_by(mod, role) -> bool:
+            return isinstance(mod, LoraLayer) and role in mod.lora_A and not getattr(mod, "merged", False)
+
+        def make(slot: str, key: tuple, mods, role: str) -> nn.Module:
+            nonlocal rebuilt
+            adapted = any(adapted_by(mod, role) for mod in mods)
+            stamps = []
+            for mod in mods:
+                lin = mod.base_layer if isinstance(mod, LoraLayer) else mod
+                stamps += [_stamp(lin.weight), _stamp(lin.bias)]
+                if adapted_by(mod, role):
+                    stamps += [_stamp(mod.lora_A[role].weight), _stamp(mod.lora_B[role].weight),
+                               float(mod.scaling[role])]
+            key = (role if adapted else None, *key)  # unadapted linears are shared by the roles
+            stamps = tuple(stamps)
+            hit = built.get(key)
+            if hit is None:
+                old = previous.get(key)
+                if old is not None and old[0] == stamps:
+                    hit = old
+                else:
+                    hit = (stamps, self._build(slot, mods, role, adapted_by))
+                    rebuilt += 1
+                built[key] = hit
+            return hit[1]
+
+        weights = {}
+        for role in GENERATING_ROLES:
+            rw = _RoleWeights()
+            for i, layer in enumerate(dec.layers):
+                L = _Layer()
+                a, mlp = layer.self_attn, layer.mlp
+                L.in_norm = layer.input_layernorm.weight.detach().float().clone()
+                L.post_norm = layer.post_attention_layernorm.weight.detach().float().clone()
+                for slot, mods in (("qkv", (a.q_proj, a.k_proj, a.v_proj)), ("o", (a.o_proj,)),
+                                   ("gate_up", (mlp.gate_proj, mlp.up_proj)), ("down", (mlp.down_proj,))):
+                    setattr(L, slot, make(slot, (i, slot), mods, role))
+                rw.layers.append(L)
+            rw.norm = dec.norm.weight.detach().float().clone()
+            rw.embed = dec.embed_tokens.weight.detach()
+            rw.head = make("head", ("head",), (base.get_output_embeddings(),), role)
+            rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
+            weights[role] = rw
+        self.weights = weights
+        self._built = built
+        self.rebuilt = rebuilt
+        self._prefixes.clear()
+        self._version = m._params_version()
+        self._stale = False
+        s = time.perf_counter() - t0
+        self.refresh_s += s
+        self.refreshes += 1
+        log.debug("fast engine refreshed in %.2f s (%d of %d linears rebuilt)", s, rebuilt, len(built))
+        return s
+
+    def _build(self, slot: str, mods, role: str, adapted_by) -> nn.Module:
+        """One engine linear: the modules' weights concatenated (rows), the role's LoRA deltas
+        added where it adapts them, then int8 unless the slot is kept in fp32."""
+        ws, bs = [], []
+        for mod in mods:
+            lin = mod.base_layer if hasattr(mod, "base_layer") else mod
+            w = lin.weight.detach().float()
+            if adapted_by(mod, role):
+                w = w + mod.get_delta_weight(role).float()
+            ws.append(w)
+            bs.append(None if lin.bias is None else lin.bias.detach().float())
+        bias = None if all(b is None for b in bs) else torch.cat(
+            [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
+        weight = torch.cat(ws) if len(ws) > 1 else ws[0]
+        quantize = self.quantize and slot not in self.keep_fp32
+        if quantize:
+            return _Int8Linear(weight, bias)
+        return _linear(weight, bias, copy=True)  # the tensors may be the policy's own
+
+    def memory_bytes(self) -> int:
+        """Bytes of the weights this engine holds beyond the policy's (merged and quantized copies,
+        norms, role vectors); the embedding table is the policy's own."""
+        seen: set[int] = set()
+        total = 0
+
+        def mod_bytes(mod) -> int:
+            if id(mod) in seen:
+                return 0
+            seen.add(id(mod))
+            if isinstance(mod, _Int8Linear):
+                w, b = mod.weight_bias()
+                n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
+                    torch.per_channel_affine, torch.per_channel_symmetric) else 8)
+                return n + (b.numel() * 4 if b is not None else 0)
+            return sum(p.numel() * p.element_size() for p in mod.parameters())
+
+        for rw in self.weights.values():
+            for L in rw.layers:
+                total += L.in_norm.numel() * 4 + L.post_norm.numel() * 4
+                for slot in ("qkv", "o", "gate_up", "down"):
+                    total += mod_bytes(getattr(L, slot))
+            total += mod_bytes(rw.head) + rw.norm.numel() * 4 + rw.role_vectors.numel() * 4
+        return total
+
+    # ------------------------------------------------------------------ the decoder
+
+    def _rms(self, x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+
+    def _rope(self, pos: torch.Tensor):
+        freqs = pos.float().unsqueeze(-1) * self.inv_freq  # [B, S, d/2]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return (emb.cos() * self.rope_scale).unsqueeze(2), (emb.sin() * self.rope_scale).unsqueeze(2)  # [B,S,1,d]
+
+    @staticmethod
+    def _rotate(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin
+
+    def _forward(self, rw: _RoleWeights, x: torch.Tensor, pos: torch.Tensor, prefix: list | None,
+                 cache: "_RowCache | None", own_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+        """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S].
+
+        ``prefix``: per layer (K, V) [kv, P, d] every row attends to (None: the prefix pass itself).
+        ``cache``: the rows' own keys/values; the new ones are appended to it (None: the prefix
+        pass, whose keys/values are returned instead). ``own_mask`` [B, S, T] says which of the
+        rows' own keys each query sees (True = visible). Returns the final hidden states and, for
+        the prefix pass, the per-layer (K, V).
+
+        Attention: the prefix pass and the rows' prefill (S > 1) go through PyTorch's fused
+        ``scaled_dot_product_attention`` (blockwise, grouped-query heads without copies; for the
+        rows the shared prefix keys are put in front of each row's own); a decode step (S = 1)
+        multiplies against the shared prefix once for all rows (no per-row copy of it)."""
+        B, S, _ = x.shape
+        nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
+        g = nh // nkv
+        cos, sin = self._rope(pos)
+        scale = d ** -0.5
+        out_kv = []
+        full_mask = None
+        if cache is not None and S > 1:
+            P = prefix[0][0].shape[1] if prefix else 0
+            full_mask = torch.cat([own_mask.new_ones((B, S, P)), own_mask], dim=-1).unsqueeze(1)  # [B, 1, S, P+T]
+        for i, L in enumerate(rw.layers):
+            h = self._rms(x, L.in_norm)
+            qkv = L.qkv(h)
+            q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
+            q = self._rotate(q.view(B, S, nh, d), cos, sin)
+            k = self._rotate(k.view(B, S, nkv, d), cos, sin)
+            v = v.view(B, S, nkv, d)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, kv, S, d]
+            if cache is None:  # the prefix pass (a batch of one): plain causal attention over itself
+                out_kv.append((k[0], v[0]))  # [kv, P, d]
+                att = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
+                att = att.transpose(1, 2).reshape(B, S, nh * d)
+            elif S > 1:  # the rows' prefill: each row's keys are [shared prefix; own tokens]
+                K, V = cache.append(i, k, v)  # [B, kv, T, d]
+                Kp, Vp = prefix[i]
+                Kf = torch.cat([Kp.unsqueeze(0).expand(B, -1, -1, -1), K], dim=2)
+                Vf = torch.cat([Vp.unsqueeze(0).expand(B, -1, -1, -1), V], dim=2)
+                att = F.scaled_dot_product_attention(q.transpose(1, 2), Kf, Vf, attn_mask=full_mask, enable_gqa=True)
+                att = att.transpose(1, 2).reshape(B, S, nh * d)
+            else:  # a decode step: the g query heads of a kv head side by side, no copies of K/V
+                qh = q.view(B, nkv, g, d)
+                K, V = cache.append(i, k, v)  # [B, kv, T, d]
+                s_r = (qh @ K.transpose(-1, -2)) * scale  # [B, kv, g, T]
+                s_r = s_r.masked_fill(~own_mask.unsqueeze(1), float("-inf"))
+                Kp, Vp = prefix[i]  # [kv, P, d], shared by every row
+                P = Kp.shape[1]
+                qp = qh.transpose(0, 1).reshape(nkv, B * g, d)
+                s_p = ((qp @ Kp.transpose(-1, -2)) * scale).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
+                p = torch.softmax(torch.cat([s_p, s_r], dim=-1), dim=-1)
+                pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g, P)
+                o = (pp @ Vp).view(nkv, B, g, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, g, d]
+                att = o.reshape(B, 1, nh * d)
+            x = x + L.o(att)
+            h = self._rms(x, L.post_norm)
+            gate, up = L.gate_up(h).chunk(2, dim=-1)
+            x = x + L.down(F.silu(gate) * up)
+        return x, out_kv
+
+    def _logits(self, rw: _RoleWeights, x_last: torch.Tensor) -> torch.Tensor:
+        return rw.head(self._rms(x_last, rw.norm)).float()
+
+    def _prefix(self, role: str, rw: _RoleWeights, tokens: list[int]) -> list:
+        """Keys/values of [e_ρ; tokens] as a batch of one, kept while the weights stay."""
+        stored = self._prefixes.get(role)
+        if stored is not None and stored[0] == tuple(tokens):
+            return stored[1]
+        R = rw.role_vectors.shape[0]
+        emb = F.embedding(torch.tensor([tokens], dtype=torch.long), rw.embed).float() if tokens else \
+            torch.zeros((1, 0, self.H))
+        x = torch.cat([rw.role_vectors.unsqueeze(0), emb], dim=1)
+        pos = torch.arange(R + len(tokens)).unsqueeze(0)
+        _, kv = self._forward(rw, x, pos, None, None, None)
+        self._prefixes[role] = (tuple(tokens), kv)
+        return kv
+
+    def _shared_len(self, role: str, seqs: list[list[int]]) -> int:
+        shortest = min(len(s) for s in seqs)
+        stored = self._prefixes.get(role)
+        if stored is not None:
+            n = len(stored[0])
+            if n <= shortest - 1 and all(tuple(s[:n]) == stored[0] for s in seqs):
+                return n
+        p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else shortest - 1
+        p = min(p, shortest - 1)
+        return p if p >= MIN_SHARED_PREFIX else 0
+
+    # ------------------------------------------------------------------ generation
+
+    @torch.no_grad()
+    def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
+                 stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None,
+                 constraint: str | None = None, domains: Sequence[str | None] | None = None) -> list[Generation]:
+        """:meth:`omtr.model.roles.RoleModel.generate`'s contract, on this engine's weights."""
+        from omtr.progress import GenerationProgress
+
+        if role not in GENERATING_ROLES:
+            raise ValueError(f"generate takes role actor or editor, not {role!r}; the Judge scores with judge()")
+        if not prompts:
+            return []
+        m = self.model
+        if not self._current():
+            self.refresh()
+        prev_threads = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            return self._generate(m, role, prompts, sampling, stop_when, m._constraint(grammar, constraint),
+                                  m._given(domains, len(prompts)), GenerationProgress(role, len(prompts)))
+        finally:
+            if self.threads:
+                torch.set_num_threads(prev_threads)
+
+    def _generate(self, m, role, prompts, sampling, stop_when, mode, given, bar) -> list[Generation]:
+        rw = self.weights[role]
+        g = m.grammar if mode != "off" else None
+        pieces = m.pieces
+        eos = m.tokenizer.eos_token_id
+        pad = m.tokenizer.pad_token_id
+        rng = torch.Generator(device="cpu")
+        rng.manual_seed(sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(7), "little"))
+        temperature = 1.0 if sampling.greedy else sampling.temperature
+        seqs = m.encode_prompts(prompts)
+        B = len(seqs)
+        R = rw.role_vectors.shape[0]
+
+        t0 = time.perf_counter()
+        p = self._shared_len(role, seqs)
+        prefix = self._prefix(role, rw, seqs[0][:p])
+        rows = [s[p:] for s in seqs]
+        S = max(len(r) for r in rows)
+        ids = torch.full((B, S), pad, dtype=torch.long)
+        valid = torch.zeros((B, S), dtype=torch.bool)
+        pos = torch.full((B, S), R + p, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, S - len(r):] = torch.tensor(r, dtype=torch.long)
+            valid[i, S - len(r):] = True
+            pos[i, S - len(r):] = torch.arange(R + p, R + p + len(r))
+        cache = _RowCache(len(rw.layers), B, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
+        cache.valid[:, :S] = valid
+        causal = torch.tril(torch.ones((S, S), dtype=torch.bool))  # [S, T=S]
+        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, S, T]
+        x = F.embedding(ids, rw.embed).float()
+        h, _ = self._forward(rw, x, pos, prefix, cache, mask)
+        logits = self._logits(rw, h[:, -1])
+        next_pos = pos[:, -1:] + 1
+        prefill_ms = 1000 * (time.perf_counter() - t0)
+
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        texts = [""] * B
+        finish = [""] * B
+        decode_ms = [0.0] * B
+        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
+        masks: list[list] | None = [[] for _ in range(B)] if (self.record_masks and g) else None
+        active = list(range(B))
+        grammar_s = 0.0
+        t1 = time.perf_counter()
+        for _ in range(sampling.max_new_tokens):
+            forced: list[int | None] = [None] * len(active)
+            if g:
+                tg = time.perf_counter()
+                bitmask = g.allocate_bitmask(len(active))
+                for row, i in enumerate(active):
+                    forced[row] = states[i].fill(bitmask, row)
+                if masks is not None:
+                    for row, i in enumerate(active):
+                        masks[i].append(bitmask[row].clone())
+                g.apply(logits, bitmask)
+                grammar_s += time.perf_counter() - tg
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            if sampling.greedy:
+                choice = logp.argmax(-1)
+            else:
+                choice = _sample_top_p(logp, sampling.top_p, rng)
+            for row, f in enumerate(forced):
+                if f is not None:
+                    choice[row] = f
+            chosen_lp = logp.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
+            choice_list = choice.tolist()
+            keep: list[int] = []
+            now = time.perf_counter()
+            for row, i in enumerate(active):
+                tok = choice_list[row]
+                tokens[i].append(tok)
+                lps[i].append(chosen_lp[row])
+                piece = pieces[tok] if tok != eos else ""
+                texts[i] += piece
+                if g:
+                    tg = time.perf_counter()
+                    states[i].accept(tok, piece)
+                    grammar_s += time.perf_counter() - tg
+                if tok == eos or (stop_when is not None and stop_when(texts[i])):
+                    finish[i] = "stop"
+                elif len(tokens[i]) >= sampling.max_new_tokens:
+                    finish[i] = "length"
+                else:
+                    keep.append(row)
+                    continue
+                decode_ms[i] = 1000 * (now - t1)
+            bar.step(len(active), len(keep))
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep)
+                cache.select(idx)
+                next_pos, choice = next_pos[idx], choice[idx]
+                active = [active[r] for r in keep]
+            n = len(active)
+            x = F.embedding(choice.view(n, 1), rw.embed).float()
+            cache.reserve(1)
+            cache.valid[:, cache.length] = True
+            step_mask = cache.valid[:, :cache.length + 1].view(n, 1, -1)
+            h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
+            logits = self._logits(rw, h[:, -1])
+            next_pos = next_pos + 1
+        bar.close()
+        self.last_masks = masks
+        gens = []
+        for i in range(B):
+            ids_i = tokens[i]
+            gens.append(Generation(
+                text=m.tokenizer.decode(ids_i, skip_special_tokens=True),
+                token_ids=ids_i, logprobs=lps[i], prompt_tokens=len(seqs[i]),
+                finish_reason=finish[i] or "length",
+                timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
+                         "grammar_ms": 1000 * grammar_s, "batch": float(B),
+                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks),
+                             "scope_left": float(states[i].scope_left)}
+                            if states and mode == "scoped" else {})},
+            ))
+        return gens
+
+
+class _RowCache:
+    """The rows' own keys and values, per layer [B, kv, capacity, d]; ``length`` columns filled.
+
+    Columns are shared by all rows (left padding): ``valid`` [B, capacity] says which hold a token."""
+
+    def __init__(self, layers: int, B: int, kv: int, d: int, capacity: int):
+        self.k = [torch.zeros((B, kv, capacity, d)) for _ in range(layers)]
+        self.v = [torch.zeros((B, kv, capacity, d)) for _ in range(layers)]
+        self.valid = torch.zeros((B, capacity), dtype=torch.bool)
+        self.length = 0
+        self._written = 0  # layers that appended at the current length
+
+    def reserve(self, n: int) -> None:
+        cap = self.valid.shape[1]
+        if self.length + n <= cap:
+            return
+        grow = max(n, BLOCK)
+        self.k = [torch.cat([t, t.new_zeros(t.shape[:2] + (grow, t.shape[3]))], dim=2) for t in self.k]
+        self.v = [torch.cat([t, t.new_zeros(t.shape[:2] + (grow, t.shape[3]))], dim=2) for t in self.v]
+        self.valid = torch.cat([self.valid, self.valid.new_zeros((self.valid.shape[0], grow))], dim=1)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        S = k.shape[2]
+        self.reserve(S)
+        a, b = self.length, self.length + S
+        self.k[layer][:, :, a:b] = k
+        self.v[layer][:, :, a:b] = v
+        self._written += 1
+        if self._written == len(self.k):
+            self._written = 0
+            self.length = b
+        return self.k[layer][:, :, :b], self.v[layer][:, :, :b]
+
+    def select(self, idx: torch.Tensor) -> None:
+        n = self.length
+        self.k = [t[idx, :, :n + BLOCK].contiguous() for t in self.k]
+        self.v = [t[idx, :, :n + BLOCK].contiguous() for t in self.v]
+        self.valid = self.valid[idx, :n + BLOCK].contiguous()

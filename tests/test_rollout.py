@@ -1,0 +1,224 @@
+"""Rollout engines on the micro model: the interface on both engines, the fast engine's weights
+follow the policy after an optimizer step, PPO's recomputed old log-probs are the policy's own,
+grammar masks are identical across engines, the CLI switches and generation progress lines."""
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from omtr.inference.policy import Generation, Sampling  # noqa: E402
+from omtr.rollout import ENGINE_NAMES, UnknownEngine, check_engine_name, make_engine  # noqa: E402
+
+PROMPTS = [[{"role": "system", "content": "You write PDDL for planning tasks, carefully."},
+            {"role": "user", "content": f"Put block b{i} on the table, then stack b{i + 1} on it."}]
+           for i in range(3)]
+GREEDY = Sampling(greedy=True, max_new_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    torch.set_num_threads(1)
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # non-zero LoRA deltas, so merging them matters
+        for name, p in m.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return m
+
+
+def test_unknown_engine_lists_the_known_ones():
+    with pytest.raises(UnknownEngine) as exc:
+        check_engine_name("vllm")
+    for name in ENGINE_NAMES:
+        assert name in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ENGINE_NAMES)
+def test_engine_interface(micro, name):
+    eng = make_engine(name, micro)
+    gens = eng.generate("actor", PROMPTS, GREEDY, constraint="off")
+    assert len(gens) == len(PROMPTS) and all(isinstance(g, Generation) for g in gens)
+    for g in gens:
+        assert 0 < len(g.token_ids) == len(g.logprobs) <= GREEDY.max_new_tokens
+        assert g.finish_reason in ("stop", "length") and g.timings["prefill_ms"] > 0
+    assert eng.judge(PROMPTS[:1])[0] == pytest.approx(micro.judge(PROMPTS[:1])[0])
+    assert isinstance(eng.refresh(), float) and eng.memory_bytes() >= 0
+    with pytest.raises(ValueError, match="actor or editor"):
+        eng.generate("judge", PROMPTS, GREEDY)
+
+
+@pytest.mark.parametrize("constraint", ["off", "plain"])
+def test_fast_engine_in_fp32_is_the_policy(micro, constraint):
+    """Without int8 the fast engine computes what hf does: same tokens, log-probs to rounding."""
+    ref = micro.generate("editor", PROMPTS, GREEDY, constraint=constraint)
+    out = make_engine("fast", micro, quantize=False).generate("editor", PROMPTS, GREEDY, constraint=constraint)
+    for a, b in zip(ref, out):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_int8_engine_is_smaller_and_close(micro):
+    fast = make_engine("fast", micro)
+    fp32 = make_engine("fast", micro, quantize=False)
+    assert fast.memory_bytes() < 0.6 * fp32.memory_bytes()
+    sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=1)
+    gens = fast.generate("actor", PROMPTS, sampling, constraint="off")
+    lp, mask = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=False)
+    engine_lp = torch.tensor([g.logprobs + [0.0] * (lp.shape[1] - len(g.logprobs)) for g in gens])
+    kl = float(((engine_lp - lp.detach()) * mask).sum() / mask.sum())  # KL(engine || policy) on the engine's samples
+    assert abs(kl) < 0.1
+
+
+def test_masks_identical_across_engines(micro):
+    """The bitmask rows the fast engine applied are those the policy rebuilds for the same tokens."""
+    fast = make_engine("fast", micro)
+    fast.record_masks = True
+    sampling = Sampling(greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=3)
+    gens = fast.generate("actor", PROMPTS, sampling, constraint="plain")
+    g = micro.grammar
+    for b, gen in enumerate(gens):
+        st = g.state(scoped=False)
+        bm = g.allocate_bitmask(len(gen.token_ids))
+        for j, tok in enumerate(gen.token_ids):
+            st.fill(bm, j)
+            assert st.accept(tok, micro.pieces[tok])
+        recorded = torch.stack(fast.last_masks[b])
+        assert torch.equal(recorded, bm[: len(gen.token_ids)])
+    # and the policy scores every sampled token as allowed (finite log-probs)
+    lp, mask = micro.token_logprobs("actor", PROMPTS, [x.token_ids for x in gens], temperature=1.0, constraint="plain")
+    assert torch.isfinite(lp[mask]).all()
+
+
+def test_refresh_after_an_optimizer_step_changes_outputs(micro):
+    m = micro
+    saved = {n: p.detach().clone() for n, p in m.named_parameters() if "lora_" in n}
+    fast = make_engine("fast", m, quantize=False)
+    before = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+    m.train()
+    opt = torch.optim.SGD([p for n, p in m.named_parameters() if "lora_" in n], lr=5.0)
+    lp, mask = m.token_logprobs("actor", PROMPTS, [g.token_ids for g in before], grammar=False)
+    (lp[mask].sum()).backward()  # push the greedy answers' probability down hard
+    opt.step()
+    m.eval()
+    fast.mark_stale()
+    after = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+    assert fast.refreshes == 2
+    assert any(a.logprobs != b.logprobs for a, b in zip(before, after))
+    ref = m.generate("actor", PROMPTS, GREEDY, constraint="off")  # the engine follows the new policy
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n in saved:
+                p.copy_(saved[n])
+            p.grad = None
+    assert [g.token_ids for g in ref] == [g.token_ids for g in after]
+
+
+def test_refresh_rebuilds_only_what_an_optimizer_step_changed(micro):
+    """With the backbone frozen a step on the Actor's adapter re-merges only the Actor's adapted
+    linears; the rest are kept (the same objects) and the result is that of a full rebuild."""
+    m = micro
+    fast = make_engine("fast", m)
+    total = len(fast._built)
+    kept = {k: mod for k, (_, mod) in fast._built.items() if k[0] != "actor"}
+    lora = [p for n, p in m.named_parameters() if "lora_B" in n and ".actor." in n]
+    assert lora
+    saved = [p.detach().clone() for p in lora]
+    with torch.no_grad():
+        for p in lora:
+            p.add_(0.05)
+    try:
+        fast.refresh()
+        adapted = [k for k in fast._built if k[0] == "actor"]
+        assert fast.rebuilt == len(adapted) > 0 and fast.rebuilt < total
+        assert all(fast._built[k][1] is mod for k, mod in kept.items())
+        fast.refresh()
+        assert fast.rebuilt == 0  # nothing changed since
+        reused = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+        fast.refresh(reuse=False)
+        assert fast.rebuilt == total
+        full = fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+        assert [(g.token_ids, g.logprobs) for g in reused] == [(g.token_ids, g.logprobs) for g in full]
+    finally:
+        with torch.no_grad():
+            for p, v in zip(lora, saved):
+                p.copy_(v)
+
+
+def test_trainer_recomputes_old_logprobs_with_the_policy(micro, tmp_path):
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import StepItem, Trainer
+    from omtr.tasks.training import TrainingTask
+
+    tasks = [TrainingTask("t0", "blocksworld", None, "Stack b1 on b2.")]
+    cfg = train_profile("micro").replace(cycles=1, updates_per_cycle=1, episodes_per_batch=1, mlflow=False,
+                                         save_model_every_cycle=False, validate_logs=False,
+                                         rollout_engine="fast")
+    tr = Trainer(cfg, tasks, tmp_path / "run", quiet=True, model=micro)
+    assert not tr.exact_rollout
+    sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=1.0, max_new_tokens=12, seed=2)
+    engine = tr.engines[id(micro)]
+    gens = engine.generate("actor", PROMPTS, sampling, grammar=False)
+    items = [StepItem(ep=i, group=(0, i), role="actor", step=0, prompt=p, tokens=list(g.token_ids),
+                      old_logprobs=list(g.logprobs), outcome="syntax", limited=False, judge_score=None)
+             for i, (p, g) in enumerate(zip(PROMPTS, gens))]
+    kl = tr._recompute_old(items)
+    own, mask = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=cfg.temperature,
+                                     grammar=False)
+    for b, it in enumerate(items):
+        assert it.old_logprobs == pytest.approx(own[b, : len(it.tokens)].tolist(), abs=1e-6)
+    assert kl is not None and abs(kl) < 0.1
+
+
+def test_rollout_engine_setting_is_checked():
+    from omtr.config import ConfigError
+    from omtr.rl.config import train_profile
+
+    with pytest.raises(ConfigError, match="hf"):
+        train_profile("micro").replace(rollout_engine="turbo")
+
+
+def test_cli_engine_switch(tmp_path):
+    import json
+
+    from omtr.cli import main
+
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "nl": "Stack b1 on b2."}) + "\n")
+    out = tmp_path / "traces.jsonl"
+    from omtr.inference.loading import load_policy
+    from omtr.inference.scripted import PolicyLoadError
+
+    with pytest.raises(PolicyLoadError, match="unknown rollout engine 'nope'"):
+        load_policy("micro", engine="nope")
+    pol = load_policy("micro", engine="fast")
+    assert pol.engine_name == "fast"
+    rc = main(["--quiet", "infer", "--model", "micro", "--tasks", str(tasks), "--out", str(out), "--engine", "fast",
+               "--budget", "1", "--max-new-tokens", "8", "--no-judge"])
+    assert rc == 0 and json.loads(out.read_text().splitlines()[0])["id"] == "a"
+
+
+def test_generation_progress_lines(micro, caplog, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    from omtr.progress import GenerationProgress
+
+    caplog.set_level(logging.INFO, logger="omtr.progress")
+    bar = GenerationProgress("actor", 4, first_s=0.0, every_s=0.0)
+    bar.step(4, 3)
+    bar.step(3, 0)
+    bar.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "omtr.progress"]
+    assert lines and "0/4 sequences running" in lines[-2] and "7 new tokens" in lines[-2] and "tokens/s" in lines[0]
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="omtr.progress")  # what --quiet sets
+    bar = GenerationProgress("actor", 4, first_s=0.0, every_s=0.0)
+    bar.step(4, 0)
+    bar.close()
+    assert not [r for r in caplog.records if r.name == "omtr.progress"]
+    monkeypatch.setenv("CI", "1")
+    caplog.set_level(logging.INFO, logger="omtr.progress")
+    assert not GenerationProgress("actor", 1).enabled
