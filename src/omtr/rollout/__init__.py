@@ -43,6 +43,19 @@ class UnknownEngine(ValueError):
     pass
 
 
+class OverModel:
+    """What every engine shares: it runs over a role model ``self.model`` and reads and sets
+    that model's config (the decoding constraint, the token limit) as its own."""
+
+    @property
+    def cfg(self):
+        return self.model.cfg
+
+    @cfg.setter
+    def cfg(self, value):
+        self.model.cfg = value
+
+
 def check_engine_name(name: str) -> str:
     if name not in ENGINES:
         known = ", ".join(f"{k} ({v[2]})" for k, v in ENGINES.items())
@@ -61,4 +74,4 @@ def default_engine(device: str | None) -> str:
     return "fast" if (device or "cpu").startswith("cpu") else "hf"
 
 
-__all__ = ["ENGINES", "ENGINE_NAMES", "UnknownEngine", "check_engine_name", "default_engine", "make_engine"]
+__all__ = ["ENGINES", "ENGINE_NAMES", "OverModel", "UnknownEngine", "check_engine_name", "default_engine", "make_engine"]

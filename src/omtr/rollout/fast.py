@@ -37,6 +37,7 @@ from torch import nn
 from omtr.config import ROLE_NAMES
 from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
+from omtr.rollout import OverModel
 
 log = logging.getLogger("omtr.rollout")
 
@@ -111,7 +112,7 @@ class _RoleWeights:
         self.role_vectors = None  # [R, H]
 
 
-class FastEngine:
+class FastEngine(OverModel):
     """A CPU rollout engine over a :class:`~omtr.model.roles.RoleModel` (see the module doc)."""
 
     engine_name = "fast"
@@ -151,14 +152,6 @@ class FastEngine:
         self.refresh()
 
     # ------------------------------------------------------------------ Policy members
-
-    @property
-    def cfg(self):
-        return self.model.cfg
-
-    @cfg.setter
-    def cfg(self, value):
-        self.model.cfg = value
 
     @property
     def tokenizer(self):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from omtr.rollout import OverModel
 
-class HFEngine:
+
+class HFEngine(OverModel):
     """A thin view of the role model as a rollout engine; it generates with the policy itself."""
 
     engine_name = "hf"
@@ -12,14 +14,6 @@ class HFEngine:
     def __init__(self, model):
         self.model = model
         self.refresh_s = 0.0
-
-    @property
-    def cfg(self):
-        return self.model.cfg
-
-    @cfg.setter
-    def cfg(self, value):
-        self.model.cfg = value
 
     def generate(self, role, prompts, sampling, **kw):
         return self.model.generate(role, prompts, sampling, **kw)
