@@ -1,96 +1,196 @@
-"""Does RL from planner feedback move SmolLM2 up the diagnostic ladder? Shaped vs binary reward.
+"""Does RL from planner feedback lift SmolLM2 on held-out tasks? The small-model recipe, measured.
 
-    python benchmarks/learning.py                                  # the default (about an hour on 2 cores)
-    python benchmarks/learning.py --updates 2 --episodes 4 --eval 8 --max-new-tokens 160   # a short run
+    python benchmarks/learning.py --mode given --minutes 30 --results docs/results   # the domain-given proof
+    python benchmarks/learning.py --mode full --minutes 60 --results docs/results    # domain and problem
+    python benchmarks/learning.py --mode given --minutes 3 --eval 4 --pass-k 0 --budgets 1   # a smoke run
 
-Small generated tasks (BlocksWorld, 2-3 blocks): a train split for RL, a disjoint held-out test
-split for evaluation. The held-out tasks are evaluated once before training (the shared starting
-point) and after each condition's training, with one greedy Actor answer per task checked by the
-real planner (Fast Downward + VAL). For every condition (``shaped``, ``binary``) the model starts
-from the same initial weights and trains ``--updates`` updates of ``--episodes`` episodes through
-``omtr.rl.trainer.Trainer`` (the same code as ``omtr train``).
+Tasks are generated: BlocksWorld and Gripper, training tasks from ``--seed`` and held-out tasks from
+another seed and the generator's ``test`` split (disjoint instance signatures, never trained on),
+sizes ``--min-objects``..``--max-objects``. ``--mode given`` gives each task the family's domain
+(the Actor writes the problem); ``--mode full`` asks for both.
 
-Reported (JSON on stdout, and ``OUT/learning.json`` + ``OUT/learning_curve.png``): per condition,
-the held-out success rate, mean ladder score (syntax 0 ... success 1) and category shares before
-and after, with 95% bootstrap confidence intervals over tasks (and a paired bootstrap CI of the
-after - before difference), plus the training curve (per-update mean ladder score and reward).
-References are used only to generate the tasks; training reads the train split through
-``omtr.tasks.training`` and never sees them.
+The held-out tasks are evaluated before training and after each condition (``--conditions``:
+``binary``, the paper's reward, and ``shaped``, the diagnostic ladder), each condition starting from
+the same initial weights and training for ``--minutes`` of wall time (or ``--updates``) with the
+``small`` training profile's recipe (``omtr.rl.config``: group advantages over
+``samples_per_task`` samples at temperature 0.7, dynamic sampling, the gated Judge term, a
+curriculum by object count), through ``omtr.rl.trainer.Trainer``, the code ``omtr train`` runs.
+
+Evaluation, per held-out task: greedy at each budget in ``--budgets`` (1: the Actor's spec alone;
+6: the Actor and up to 5 Editor repairs) and pass@k (``--pass-k`` samples at 0.7, budget 1).
+Reported: success rates with 95% bootstrap intervals over tasks, the paired gain (after - before)
+with its bootstrap interval, categories, the training curve, seconds; ``OUT/learning.json`` and
+``OUT/learning_curve.png`` (copied to ``--results`` as ``learning-<mode>-<date>.*``). Reference PDDL
+is used only to generate tasks and, in the given mode, as the given domain; the trainer reads the
+training file through ``omtr.tasks.training`` and never sees a reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 CATS = ("success", "syntax", "object_type", "predicate_schema", "precondition_effect", "goal_constraint",
         "unreachable_search")
+FAMILIES = {"blocksworld": "blocks", "gripper": "balls"}
+log = logging.getLogger("omtr.learning")
 
 
-def bootstrap_ci(xs: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and a 95% percentile-bootstrap interval."""
+def bootstrap_ci(xs: list[float], n: int = 4000, seed: int = 0) -> list[float]:
+    """[mean, low, high]: the mean and a 95% percentile-bootstrap interval over ``xs``."""
     if not xs:
-        return (float("nan"),) * 3
+        return [float("nan")] * 3
     rng = random.Random(seed)
     means = sorted(sum(rng.choice(xs) for _ in xs) / len(xs) for _ in range(n))
-    return sum(xs) / len(xs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+    return [round(sum(xs) / len(xs), 4), round(means[int(0.025 * n)], 4), round(means[int(0.975 * n) - 1], 4)]
 
 
-def evaluate(model, tasks, pool, max_new_tokens: int) -> list[str]:
-    """One greedy Actor answer per task; returns each answer's outcome (success or a category)."""
+def make_tasks(args, out: Path):
+    """Write the training and held-out task files; returns their TrainingTask lists."""
+    from omtr.tasks.generators import generate
+    from omtr.tasks.records import write_tasks
+    from omtr.tasks.training import load_training_tasks
+
+    families = args.families.split(",")
+    train, test = [], []
+    for k, fam in enumerate(families):
+        kw = dict(min_objects=args.min_objects, max_objects=args.max_objects, verify=False)
+        train += generate(fam, -(-args.train // len(families)), args.seed + k, split="train", **kw)
+        test += generate(fam, -(-args.eval // len(families)), args.seed + 1000 + k, split="test", **kw)
+    seen = {t.meta.get("signature") for t in train}
+    test = [t for t in test if t.meta.get("signature") not in seen]
+    if args.mode == "given":
+        train, test = [t.with_given_domain() for t in train], [t.with_given_domain() for t in test]
+    write_tasks(out / "train.jsonl", train)
+    write_tasks(out / "test.jsonl", test)
+    return load_training_tasks(out / "train.jsonl"), load_training_tasks(out / "test.jsonl")
+
+
+def evaluate(model, tasks, pool, args) -> dict:
+    """Per held-out task: the greedy outcome at each budget, and pass@k (k samples at 0.7, budget 1)."""
     from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
     from omtr.rl.rewards import outcome
+    from omtr.rollout import make_engine
 
     model.eval()
-    eps = run_episodes(tasks, model, pool, budget=1, judge=False,
-                       sampling=Sampling(greedy=True, max_new_tokens=max_new_tokens))
-    return [outcome(e.steps[0].verdict) for e in eps]
-
-
-def summary(outcomes: list[str]) -> dict:
-    from omtr.rl.rewards import LADDER
-
-    ladder = [LADDER.get(o, 0.0) for o in outcomes]
-    out = {"n": len(outcomes), "success": bootstrap_ci([float(o == "success") for o in outcomes]),
-           "ladder": bootstrap_ci(ladder), "categories": {c: outcomes.count(c) for c in CATS if outcomes.count(c)}}
+    engine = make_engine(args.eval_engine, model)
+    out: dict = {"tasks": [t.id for t in tasks]}
+    t0 = time.time()
+    for b in args.budgets:
+        eps = run_episodes(tasks, engine, pool, budget=b, judge=False, batch_size=args.eval_batch,
+                           sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
+        out[f"b{b}"] = [outcome(e.final.verdict) if e.final is not None else "syntax" for e in eps]
+        out[f"b{b}_calls"] = sum(e.planner_calls for e in eps)
+        log.info("  budget %d: %d/%d solved", b, out[f"b{b}"].count("success"), len(tasks))
+    if args.pass_k:
+        reps = [t for t in tasks for _ in range(args.pass_k)]
+        eps = run_episodes(reps, engine, pool, budget=1, judge=False, batch_size=args.eval_batch,
+                           sampling=Sampling(greedy=False, temperature=0.7, max_new_tokens=args.max_new_tokens,
+                                             seed=args.seed + 99))
+        wins = [e.success for e in eps]
+        out["pass_k"] = [any(wins[i * args.pass_k:(i + 1) * args.pass_k]) for i in range(len(tasks))]
+        out["sample_success"] = sum(wins) / max(1, len(wins))
+        log.info("  pass@%d: %d/%d tasks, %.2f of samples", args.pass_k, sum(out["pass_k"]), len(tasks),
+                 out["sample_success"])
+    out["seconds"] = round(time.time() - t0, 1)
     return out
 
 
-def paired_diff(before: list[str], after: list[str]) -> tuple[float, float, float]:
-    from omtr.rl.rewards import LADDER
+def summarise(ev: dict, args) -> dict:
+    s: dict = {"seconds": ev["seconds"]}
+    for b in args.budgets:
+        xs = ev[f"b{b}"]
+        s[f"b{b}"] = {"success": bootstrap_ci([float(o == "success") for o in xs]),
+                      "categories": {c: xs.count(c) for c in CATS if xs.count(c)}, "calls": ev[f"b{b}_calls"]}
+    if "pass_k" in ev:
+        s[f"pass@{args.pass_k}"] = bootstrap_ci([float(x) for x in ev["pass_k"]])
+        s["sample_success"] = round(ev["sample_success"], 4)
+    return s
 
-    d = [LADDER.get(a, 0.0) - LADDER.get(b, 0.0) for a, b in zip(after, before)]
-    return bootstrap_ci(d)
+
+def paired(before: dict, after: dict, args) -> dict:
+    """after - before per task (success 0/1), with a paired bootstrap interval."""
+    out = {}
+    for b in args.budgets:
+        out[f"b{b}"] = bootstrap_ci([float(a == "success") - float(o == "success")
+                                     for o, a in zip(before[f"b{b}"], after[f"b{b}"])])
+    if "pass_k" in before:
+        out[f"pass@{args.pass_k}"] = bootstrap_ci([float(a) - float(o) for o, a in zip(before["pass_k"], after["pass_k"])])
+    return out
+
+
+CURVE_KEYS = ("update", "success_rate", "actor_success_rate", "mean_ladder_actor", "reward_actor",
+              "groups_with_signal", "groups_rolled_out", "curriculum_cap", "judge_gate_open", "judge_gate_auc",
+              "actor_clip_frac", "actor_kl", "grad_norm", "engine_kl", "rollout_s", "reference_s", "update_s",
+              "rollout_tokens_per_s")
+
+
+def train(model, init: dict, tasks, pool, cond: str, args, out: Path):
+    """One condition from the initial weights; returns (trainer, seconds, stopped)."""
+    import torch
+
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in init:
+                p.copy_(init[n])
+    cfg = train_profile("small").replace(
+        cycles=1, updates_per_cycle=args.updates, reward=cond, max_new_tokens=args.max_new_tokens,
+        mlflow=False, save_model_every_cycle=False, seed=args.seed, experiment="omtr-learning",
+        **dict(kv for kv in args.set))
+    t0 = time.time()
+    tr = Trainer(cfg, tasks, out / cond, model=model, env=pool, quiet=True)
+    deadline = t0 + 60 * args.minutes if args.minutes else float("inf")
+    status = "paused"
+    while status == "paused" and time.time() < deadline:
+        status = tr.run(max_updates=1)
+        h = tr.history[-1] if tr.history else {}
+        log.info("  %s update %d: rollout success %.2f, groups with signal %s/%s, %.0f s so far", cond,
+                 tr.update, h.get("success_rate", float("nan")), h.get("groups_with_signal", "-"),
+                 h.get("groups_rolled_out", "-"), time.time() - t0)
+    return tr, round(time.time() - t0, 1), status == "stopped"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--family", default="blocksworld")
+    ap.add_argument("--mode", choices=("given", "full"), default="given",
+                    help="given: the domain is given, the Actor writes the problem; full: domain and problem")
+    ap.add_argument("--families", default="blocksworld,gripper")
     ap.add_argument("--min-objects", type=int, default=2)
-    ap.add_argument("--max-objects", type=int, default=3)
-    ap.add_argument("--eval-max-objects", type=int, default=4,
-                    help="largest held-out size (the test split of tiny sizes holds few distinct instances)")
-    ap.add_argument("--train", type=int, default=16, help="training tasks")
-    ap.add_argument("--eval", type=int, default=24, help="held-out tasks")
-    ap.add_argument("--updates", type=int, default=12, help="updates per condition")
-    ap.add_argument("--episodes", type=int, default=8, help="episodes per update")
-    ap.add_argument("--samples", type=int, default=1, help="samples per task (>1 with --advantage group)")
-    ap.add_argument("--advantage", default="gae")
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=1e-4, help="Adam lr (LoRA on a short run; the paper's 3e-5 is for long runs)")
-    ap.add_argument("--editor", action="store_true", help="also train the Editor (one repair per episode)")
-    ap.add_argument("--conditions", default="shaped,binary")
+    ap.add_argument("--max-objects", type=int, default=5)
+    ap.add_argument("--train", type=int, default=48, help="training tasks (split over the families)")
+    ap.add_argument("--eval", type=int, default=32, help="held-out tasks (split over the families)")
+    ap.add_argument("--minutes", type=float, default=30.0, help="training wall time per condition (0: --updates)")
+    ap.add_argument("--updates", type=int, default=200, help="updates per condition at most")
+    ap.add_argument("--conditions", default="binary,shaped", help="rewards to train with, each from the start")
+    ap.add_argument("--budgets", type=lambda v: [int(x) for x in v.split(",")], default=[1, 6],
+                    help="greedy evaluation budgets (planner calls per task; default 1,6)")
+    ap.add_argument("--pass-k", type=int, default=8, help="samples per task for pass@k (0: skip)")
+    ap.add_argument("--max-new-tokens", type=int, default=0, help="token limit of an answer (0: 192 given, 448 full)")
+    ap.add_argument("--eval-engine", default="hf", help="engine of the evaluation (hf: the policy itself; fast)")
+    ap.add_argument("--eval-batch", type=int, default=16)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    type=lambda kv: (kv.split("=", 1)[0], json.loads(kv.split("=", 1)[1])),
+                    help="override a field of the small training profile (JSON value), e.g. --set lr=3e-4")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=2000)
     ap.add_argument("--out", default=None, help="output folder (default: a temporary one)")
+    ap.add_argument("--results", default=None, help="also copy learning.json and the PNG here, named by mode and date")
     args = ap.parse_args()
+    if not args.max_new_tokens:
+        args.max_new_tokens = 192 if args.mode == "given" else 448
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("omtr.rl").setLevel(logging.WARNING)
 
     import torch
 
@@ -98,82 +198,82 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from omtr.config import SolverConfig
     from omtr.model import build_model
-    from omtr.rl.config import train_profile
-    from omtr.rl.trainer import Trainer
     from omtr.solver import SolverPool
-    from omtr.tasks.generators import generate
-    from omtr.tasks.records import write_tasks
-    from omtr.tasks.training import load_training_tasks
 
     out = Path(args.out or tempfile.mkdtemp(prefix="omtr-learning-"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    kw = dict(min_objects=args.min_objects, max_objects=args.max_objects, verify=False)
-    train_file, test_file = out / "train.jsonl", out / "test.jsonl"
-    write_tasks(train_file, generate(args.family, args.train, args.seed, split="train", **kw))
-    write_tasks(test_file, generate(args.family, args.eval, args.seed + 1, split="test",
-                                    **(kw | {"max_objects": args.eval_max_objects})))
-    train_tasks, test_tasks = load_training_tasks(train_file), load_training_tasks(test_file)
-
+    train_tasks, test_tasks = make_tasks(args, out)
+    log.info("%d training and %d held-out tasks (%s mode) in %s", len(train_tasks), len(test_tasks), args.mode, out)
     model = build_model("small")
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    result: dict = {"settings": vars(args) | {"out": str(out)}, "conditions": {}}
-    scfg = SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)
-    with SolverPool(1, scfg) as pool:
-        te = time.time()
-        before = evaluate(model, test_tasks, pool, args.max_new_tokens)
-        result["before"] = summary(before) | {"seconds": round(time.time() - te, 1)}
-        logging.info("held-out before: %s", result["before"])
-        (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")  # kept if the run is cut short
+    settings = {k: v for k, v in vars(args).items() if k != "set"} | {"set": dict(args.set), "out": str(out)}
+    result: dict = {"settings": settings, "conditions": {}}
+
+    def save():
+        (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    with SolverPool(1, SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)) as pool:
+        log.info("held-out tasks before training:")
+        before = evaluate(model, test_tasks, pool, args)
+        result["before"] = summarise(before, args)
+        result["before_outcomes"] = before
+        save()  # kept if the run is cut short
         for cond in args.conditions.split(","):
-            with torch.no_grad():
-                for n, p in model.named_parameters():
-                    if n in init:
-                        p.copy_(init[n])
-            cfg = train_profile("small").replace(
-                cycles=1, updates_per_cycle=args.updates, episodes_per_batch=args.episodes,
-                samples_per_task=args.samples, advantage=args.advantage, reward=cond, lr=args.lr,
-                max_new_tokens=args.max_new_tokens, use_editor=args.editor, max_repairs=1,
-                mlflow=False, save_model_every_cycle=False, seed=args.seed, experiment="omtr-learning")
-            tc = time.time()
-            tr = Trainer(cfg, train_tasks, out / cond, model=model, env=pool, quiet=True)
-            if tr.run() == "stopped":  # SIGTERM: the checkpoint is written; stop here
-                break
-            train_s = time.time() - tc
-            after = evaluate(model, test_tasks, pool, args.max_new_tokens)
+            log.info("training with the %s reward", cond)
+            tr, secs, stopped = train(model, init, train_tasks, pool, cond, args, out)
+            log.info("held-out tasks after %d updates (%s):", tr.update, cond)
+            after = evaluate(model, test_tasks, pool, args)
             result["conditions"][cond] = {
-                "after": summary(after), "ladder_gain": paired_diff(before, after),
-                "train_seconds": round(train_s, 1),
-                "curve": [{k: h.get(k) for k in ("update", "mean_ladder_actor", "actor_success_rate", "reward_actor",
-                                                  "rollout_tokens_per_s", "update_tokens_per_s", "rollout_s",
-                                                  "reference_s", "update_s")} for h in tr.history],
-            }
-            logging.info("%s: %s", cond, result["conditions"][cond]["after"])
-            (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+                "updates": tr.update, "train_seconds": secs, "episodes": tr.episodes_done,
+                "planner_calls": tr.planner_calls, "after": summarise(after, args), "gain": paired(before, after, args),
+                "outcomes": after, "curve": [{k: h.get(k) for k in CURVE_KEYS if k in h} for h in tr.history]}
+            save()
+            if stopped:
+                break
     result["seconds"] = round(time.time() - t0, 1)
-    (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
-    _plot(result, out / "learning_curve.png")
-    print(json.dumps(result, indent=2))
+    save()
+    plot(result, args, out / "learning_curve.png")
+    if args.results:
+        dest = Path(args.results)
+        dest.mkdir(parents=True, exist_ok=True)
+        stem = f"learning-{args.mode}-{datetime.date.today().isoformat()}"
+        shutil.copy(out / "learning.json", dest / f"{stem}.json")
+        shutil.copy(out / "learning_curve.png", dest / f"{stem}.png")
+    print(json.dumps({k: v for k, v in result.items() if k != "before_outcomes"} | {
+        "conditions": {c: {k: v for k, v in r.items() if k not in ("outcomes", "curve")}
+                       for c, r in result["conditions"].items()}}, indent=2))
 
 
-def _plot(result: dict, path: Path) -> None:
+def plot(result: dict, args, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
     for cond, r in result["conditions"].items():
         xs = [c["update"] for c in r["curve"]]
-        ax[0].plot(xs, [c["mean_ladder_actor"] for c in r["curve"]], marker="o", label=f"{cond}: ladder (train)")
-        ax[0].plot(xs, [c["actor_success_rate"] for c in r["curve"]], ls="--", label=f"{cond}: success (train)")
+        ax[0].plot(xs, [c.get("success_rate") for c in r["curve"]], marker="o", label=f"{cond}: rollout success")
+        ax[0].plot(xs, [c.get("mean_ladder_actor") for c in r["curve"]], ls="--", label=f"{cond}: Actor ladder")
     ax[0].set_xlabel("update")
-    ax[0].set_title("training rollouts")
+    ax[0].set_ylim(0, 1.05)
+    ax[0].set_title(f"training rollouts ({args.mode} mode)")
     ax[0].legend(fontsize=7)
+    metrics = [f"b{b}" for b in args.budgets] + ([f"pass@{args.pass_k}"] if args.pass_k else [])
     names = ["before"] + list(result["conditions"])
-    vals = [result["before"]["ladder"]] + [r["after"]["ladder"] for r in result["conditions"].values()]
-    ax[1].bar(names, [v[0] for v in vals], yerr=[[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]], capsize=4)
-    ax[1].set_title("held-out mean ladder score (95% CI)")
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        s = result["before"] if name == "before" else result["conditions"][name]["after"]
+        vals = [s[m]["success"] if m.startswith("b") else s[m] for m in metrics]
+        xs = [j + i * width for j in range(len(metrics))]
+        ax[1].bar(xs, [v[0] for v in vals], width, label=name,
+                  yerr=[[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]], capsize=3)
+    ax[1].set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(metrics))])
+    ax[1].set_xticklabels(["greedy, budget " + m[1:] if m.startswith("b") else m for m in metrics])
+    ax[1].set_ylim(0, 1.05)
+    ax[1].set_title(f"held-out success, {len(result['before_outcomes']['tasks'])} tasks (95% CI)")
+    ax[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

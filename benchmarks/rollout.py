@@ -250,9 +250,11 @@ def engine_compare(model, args) -> dict:
     out["engine_kl"] = round(diff / int(mask.sum()), 4)
     if args.episodes:
         ep_tasks = generate("blocksworld", args.episodes, args.seed + 1, min_objects=2, max_objects=3, verify=False)
+        if args.given_domain:
+            ep_tasks = [t.with_given_domain() for t in ep_tasks]
         from omtr.config import SolverConfig
 
-        outcomes = {}
+        outcomes, episodes = {}, {}
         with SolverPool(1, SolverConfig(cache=False)) as pool:
             for name, eng in (("hf", hf), ("fast", fast)):
                 t = time.perf_counter()
@@ -261,8 +263,15 @@ def engine_compare(model, args) -> dict:
                 wall = time.perf_counter() - t
                 out[f"episodes_per_min_{name}"] = round(60 * len(eps) / wall, 2)
                 outcomes[name] = [_outcome(e.steps[-1].verdict) for e in eps]
+                episodes[name] = eps
         out["outcomes_differ"] = sum(a != b for a, b in zip(outcomes["hf"], outcomes["fast"]))
         out["outcome_tasks"] = len(ep_tasks)
+        out["outcome_mode"] = "given" if args.given_domain else "full"
+        out["differing"] = [{"task": t.id, "hf": a, "fast": b,
+                             "hf_text": ea.steps[-1].text if ea.steps else "",
+                             "fast_text": eb.steps[-1].text if eb.steps else ""}
+                            for t, a, b, ea, eb in zip(ep_tasks, outcomes["hf"], outcomes["fast"],
+                                                       episodes["hf"], episodes["fast"]) if a != b]
         out["outcomes"] = outcomes
     return out
 
@@ -296,6 +305,8 @@ def main() -> None:
                     help="with --engines: batch sizes (default 8,16)")
     ap.add_argument("--episodes", type=int, default=0,
                     help="with --engines: greedy BlocksWorld episodes per engine (episodes/min, outcome agreement)")
+    ap.add_argument("--given-domain", action="store_true",
+                    help="with --engines --episodes: the episodes' tasks give the reference domain (the Actor writes the problem)")
     args = ap.parse_args()
 
     import torch

@@ -81,48 +81,5 @@ def test_main_chain_nested_runs_registry_and_rule(tmp_path):
     assert decision["champion"]["version"] == "1" and decision["rule"] == "point"
 
 
-def test_a_killed_main_job_resumes_training_from_its_checkpoint(tmp_path):
-    """SIGKILL the whole main job (process group) once training has written its first checkpoint;
-    the re-run reuses the finished tasks step, reopens the same training run (no second one) and
-    continues from the checkpoint instead of starting over, then finishes the chain."""
-    import signal
-    import time
-
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    for k in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-m", "omtr", "pipeline", "--profile", "micro", "--n-train", "4", "--n-val", "2",
-           "--max-new-tokens", "16", "--bootstrap", "50", "--name", NAME, "--work", str(tmp_path / "work"),
-           "--experiment", "resume-test",
-           "--set", "cycles=2", "--set", "updates_per_cycle=2"]  # a checkpoint after update 2 of 4
-    log = open(tmp_path / "first.log", "w")
-    p = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 600
-    try:
-        while not list((tmp_path / "work").glob("train-*/checkpoints/latest")):
-            assert p.poll() is None, "the job ended before its first checkpoint: " + (tmp_path / "first.log").read_text()[-2000:]
-            assert time.time() < deadline, "no checkpoint within 10 minutes"
-            time.sleep(0.2)
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        log.close()
-    assert p.returncode == -signal.SIGKILL
-    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "[prepare] reused: same parameters, inputs and source" in r.stdout
-    assert "[train] continuing unfinished run" in r.stdout and "[train] resuming from the checkpoint" in r.stdout
-    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
-    exp = client.get_experiment_by_name("resume-test").experiment_id
-    trains = [r for r in client.search_runs([exp], "tags.`omtr.step` = 'train'")]
-    assert len(trains) == 1 and trains[0].info.status == "FINISHED", "one training run, reopened and finished"
-    metrics = [json.loads(line) for line in
-               next((tmp_path / "work").glob("train-*/metrics.jsonl")).read_text().splitlines() if line.strip()]
-    updates = [m["update"] for m in metrics]
-    assert updates == sorted(set(updates)) and updates[-1] == 4, "every update once, none repeated from the start"
-    import re
-
-    resumed = re.search(r"resumed from \S+: update (\d+) of 4", r.stdout + r.stderr)
-    assert resumed and int(resumed.group(1)) >= 2, "training continued from the first cycle's checkpoint"
-    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
+# A killed main job resuming from its checkpoint: tests/test_pipeline_postgres.py (on a PostgreSQL-backed
+# server, so the chain runs once for both).

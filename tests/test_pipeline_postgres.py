@@ -1,18 +1,23 @@
 """The main job against an MLflow tracking server whose backend store is a real PostgreSQL and whose
-artifacts the server serves (`--serve-artifacts`). PostgreSQL (Debian's package) is started by the
+artifacts the server serves (`--serve-artifacts`), killed mid-training and run again: the setting
+a team's shared server and a pre-empted node give. PostgreSQL (Debian's package) is started by the
 test in a temporary folder as a non-root user; the pipeline runs on the `micro` profile (a random
-tiny model: the plumbing, not the learning)."""
+tiny model: the plumbing, not the learning). One test carries both (the store and the resume), so
+CI runs the whole chain once for them instead of twice."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import re
+import signal
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -77,22 +82,53 @@ def tracking_server(postgres, tmp_path):
         yield url
 
 
-def test_main_against_a_postgres_backed_server(tracking_server, tmp_path):
+def test_a_killed_main_job_on_a_postgres_backed_server_resumes_from_its_checkpoint(tracking_server, tmp_path):
+    """SIGKILL the whole main job (process group) once training has written its first checkpoint;
+    the re-run reuses the finished tasks step, reopens the same training run (no second one) and
+    continues from the checkpoint instead of starting over, then finishes the chain. Every run,
+    artifact and model version lives on the server (PostgreSQL rows, served artifacts)."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_server}
     for k in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "omtr", "-q", "pipeline", "--profile", "micro", "--n-train", "4", "--n-val", "2",
-           "--max-new-tokens", "16", "--bootstrap", "50", "--name", NAME, "--work", str(tmp_path / "work")]
+    cmd = [sys.executable, "-m", "omtr", "pipeline", "--profile", "micro", "--n-train", "4", "--n-val", "2",
+           "--max-new-tokens", "16", "--bootstrap", "50", "--name", NAME, "--work", str(tmp_path / "work"),
+           "--experiment", "resume-test",
+           "--set", "cycles=2", "--set", "updates_per_cycle=2"]  # a checkpoint after update 2 of 4
+    log = open(tmp_path / "first.log", "w")
+    p = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 600
+    try:
+        while not list((tmp_path / "work").glob("train-*/checkpoints/latest")):
+            assert p.poll() is None, "the job ended before its first checkpoint: " + (tmp_path / "first.log").read_text()[-2000:]
+            assert time.time() < deadline, "no checkpoint within 10 minutes"
+            time.sleep(0.2)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        log.close()
+    assert p.returncode == -signal.SIGKILL
     r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    summary = json.loads(r.stdout[r.stdout.index("{"): r.stdout.rindex("}") + 1])
+    assert "[prepare] reused: same parameters, inputs and source" in r.stdout
+    assert "[train] continuing unfinished run" in r.stdout and "[train] resuming from the checkpoint" in r.stdout
+
     client = mlflow.MlflowClient(tracking_uri=tracking_server, registry_uri=tracking_server)
+    exp = client.get_experiment_by_name("resume-test").experiment_id
+    trains = client.search_runs([exp], "tags.`omtr.step` = 'train'")
+    assert len(trains) == 1 and trains[0].info.status == "FINISHED", "one training run, reopened and finished"
+    metrics = [json.loads(line) for line in
+               next((tmp_path / "work").glob("train-*/metrics.jsonl")).read_text().splitlines() if line.strip()]
+    updates = [m["update"] for m in metrics]
+    assert updates == sorted(set(updates)) and updates[-1] == 4, "every update once, none repeated from the start"
+    resumed = re.search(r"resumed from \S+: update (\d+) of 4", r.stdout + r.stderr)
+    assert resumed and int(resumed.group(1)) >= 2, "training continued from the first cycle's checkpoint"
+
+    summary = json.loads(r.stdout[r.stdout.index("{"): r.stdout.rindex("}") + 1])
     parent = client.get_run(summary["parent_run_id"])
-    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    children = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "validate", "register", "promote"}
     assert parent.info.artifact_uri.startswith("mlflow-artifacts:")  # served by the server, not a local path
-    ev = summary["evaluate"]["run_id"]
-    assert "report.html" in {f.path for f in client.list_artifacts(ev)}
+    assert "report.html" in {f.path for f in client.list_artifacts(summary["evaluate"]["run_id"])}
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
     # nothing was written to a local store: the runs live in PostgreSQL
-    assert not (tmp_path / "mlruns.db").exists()
+    assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "mlruns").exists()

@@ -39,6 +39,14 @@ class TrainConfig:
                                     "updates_per_cycle x episodes_per_batch / samples_per_task.")
     episodes_per_batch: int = _f(32, "Episodes rolled out per update (paper: 32).")
     samples_per_task: int = _f(1, "Episodes sampled per task in one batch (the group of the `group` estimator).")
+    dynamic_sampling: bool = _f(False, "Train only on groups whose samples' returns differ (a group with equal returns "
+                                       "has zero group advantages) and roll out replacement tasks for the others (DAPO).")
+    dynamic_sampling_rounds: int = _f(3, "With dynamic_sampling: rollout rounds per update at most (the first plus "
+                                         "replacements); an update trains on the groups with signal it found.")
+    curriculum: bool = _f(False, "Admit tasks by object count (meta n_objects), smallest first; the cap rises one "
+                                 "level when the rollouts of tasks at the cap succeed at curriculum_advance_at.")
+    curriculum_start: int = _f(2, "With curriculum: the first cap on a task's object count.")
+    curriculum_advance_at: float = _f(0.5, "With curriculum: rollout success rate at the cap that raises it.")
     max_repairs: int = _f(_EP.max_repairs, "H_max: Editor turns after the Actor's spec; K = H_max + 1 planner calls.")
     temperature: float = _f(_EP.train_temperature, "Sampling temperature of rollouts (paper: 0.7).")
     top_p: float = _f(1.0, "Nucleus mass of rollouts; 1.0 keeps the PPO ratio exact.")
@@ -57,6 +65,11 @@ class TrainConfig:
     reward: str = _f("binary", "Outcome score of a verdict, by name: binary (the paper: success 1, else 0) "
                                "or shaped (how far up the diagnostic ladder the spec got); see omtr.rl.rewards.")
     judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
+    judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
+                                    "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
+    judge_gate_window: int = _f(3, "Updates the Judge gate looks back over.")
+    limited_reward: str = _f("zero", "Reward of a verdict decided by a limit (time, memory): zero (b = 0, the paper's "
+                                     "appendix B.1) or skip (no reward, the step is not trained on).")
     editor_step_penalty: float = _f(_EP.editor_step_penalty, "R_E = b_T - c * T (paper: 0.1).")
     editor_gamma: float = _f(0.9, "Discount crediting R_E back across refinement steps (paper: 0.9).")
     judge_threshold: float = _f(0.5, "tau of the thresholded Judge reward (logged, appendix A.4).")
@@ -65,10 +78,12 @@ class TrainConfig:
     advantage: str = _f("gae", "Advantage estimator by name: gae (learned value baseline) or group "
                                "(group mean over samples_per_task samples of a task, GRPO-style).")
     gae_lambda: float = _f(0.95, "lambda of GAE across refinement steps.")
-    whiten_advantages: bool = _f(True, "Whiten advantages per role over the batch.")
+    whiten_advantages: bool = _f(True, "Whiten advantages per role over the batch (a spread below 1e-3 is only "
+                                       "centred; with advantage=group, False keeps each group's own scale).")
     group_scale: bool = _f(True, "group: divide by the group's standard deviation (GRPO).")
     ppo_clip: float = _f(0.2, "PPO clip epsilon (paper: 0.2).")
-    kl_coef: float = _f(0.1, "KL penalty to the reference policy (paper: 0.1).")
+    kl_coef: float = _f(0.0, "KL penalty to the reference policy (k3 estimator). The paper's objective has no KL "
+                             "term, so 0 (off) is its setting; > 0 adds one and runs the reference pass.")
     actor_weight: float = _f(1.0, "Weight of L_PPO^A in the joint loss.")
     editor_weight: float = _f(0.5, "Weight of L_PPO^E in the joint loss (paper: 0.5).")
     judge_weight: float = _f(0.3, "Weight of L_J in the joint loss (paper: 0.3).")
@@ -128,7 +143,8 @@ class TrainConfig:
         except UnknownEngine as exc:
             raise ConfigError(f"{exc} (e.g. --set rollout_engine=fast)") from None
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
-               "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers")
+               "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers", "dynamic_sampling_rounds",
+               "judge_gate_window")
         for name in pos:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -142,6 +158,15 @@ class TrainConfig:
         if self.advantage == "group" and self.samples_per_task < 2:
             raise ConfigError("the group estimator needs several samples of a task: set samples_per_task >= 2 "
                               "(e.g. --set samples_per_task=4), or use advantage=gae")
+        if self.dynamic_sampling and self.samples_per_task < 2:
+            raise ConfigError("dynamic_sampling compares the samples of a task: set samples_per_task >= 2 "
+                              "(e.g. --set samples_per_task=8), or --set dynamic_sampling=false")
+        if self.limited_reward not in ("zero", "skip"):
+            raise ConfigError(f"limited_reward {self.limited_reward!r}: choose zero (the paper) or skip")
+        if not 0 <= self.judge_gate_auc < 1:
+            raise ConfigError(f"judge_gate_auc must be in [0, 1), got {self.judge_gate_auc} (0: no gate)")
+        if not 0 < self.curriculum_advance_at <= 1:
+            raise ConfigError(f"curriculum_advance_at must be in (0, 1], got {self.curriculum_advance_at}")
         if self.reward not in OUTCOME_SCORES:
             raise ConfigError(f"reward {self.reward!r} is unknown; choose one of {sorted(OUTCOME_SCORES)}")
         if self.max_repairs < 0:
@@ -265,10 +290,20 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # The paper's settings: 8 cycles x 16 updates x 32 episodes (4,096 episodes; at ~2.9 planner calls
     # an episode, about 12,000 calls), one shared trainable backbone, PPO with a value baseline.
     "paper": TrainConfig(profile="paper", model="paper", minibatches=4),
-    # A short CPU demonstration on SmolLM2: finishes in minutes on 2 cores.
-    "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=1, episodes_per_batch=4,
-                         max_repairs=1, max_new_tokens=448, micro_batch_size=4, solver_time_limit_s=20.0,
-                         solver_memory_mb=2048, frozen_backbone=True, checkpoint_every_updates=0),
+    # The small-model recipe on SmolLM2 (CPU): what moves a 135M model in tens of updates, after trl's
+    # GRPO and DAPO. 4 tasks x 8 samples at 0.7 a batch, advantages normalised within each task's
+    # group (no whitening across tasks), groups whose samples all got the same return replaced by
+    # fresh tasks (dynamic sampling), two epochs of two minibatches so the clip acts, no KL term, the
+    # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6), tasks of
+    # up to 2 objects first (the cap rises as the rollouts succeed), the fast rollout engine.
+    # LoRA on attention and MLP comes with the `small` model profile. 8 updates by default.
+    "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=4, episodes_per_batch=32,
+                         samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
+                         dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
+                         judge_gate_auc=0.6, lr=2e-4, ppo_epochs=2, minibatches=2, kl_coef=0.0,
+                         max_repairs=1, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
+                         solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
+                         checkpoint_every_updates=0),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
     "micro": TrainConfig(profile="micro", model="micro", cycles=2, updates_per_cycle=2, episodes_per_batch=4,
                          max_repairs=1, max_new_tokens=24, micro_batch_size=4, grammar=False,

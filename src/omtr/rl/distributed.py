@@ -117,14 +117,21 @@ def shard(n: int, rank: int, world: int) -> range:
 
 def whiten(values: Sequence[float], coll: Collective, eps: float = 1e-8) -> list[float]:
     """``(x - mean) / (std + eps)`` with mean and population std over every rank's values (the
-    whole batch); a batch of one value becomes 0, like :func:`omtr.rl.losses.whiten`."""
+    whole batch); a batch of one value becomes 0 and a spread below ``MIN_STD`` is only centred,
+    like :func:`omtr.rl.losses.whiten`."""
+    from omtr.rl.losses import MIN_STD
+
     n, s = coll.sum([len(values), math.fsum(values)])
     if n == 0:
         return []
     mean = s / n
     (ss,) = coll.sum([math.fsum((v - mean) ** 2 for v in values)])
     std = math.sqrt(ss / n)
-    return [(v - mean) / (std + eps) if n > 1 else 0.0 for v in values]
+    if n == 1:
+        return [0.0 for _ in values]
+    if std < MIN_STD:
+        return [v - mean for v in values]
+    return [(v - mean) / (std + eps) for v in values]
 
 
 def merge_weighted_means(stats: dict[str, list[float]], coll: Collective) -> dict[str, float]:

@@ -72,8 +72,14 @@ class TorchBackend:
     def step(self) -> float:
         if self.coll.active:
             self._all_reduce_grads()
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf"))
+        # The policy's parameters and the value head are clipped apart: the value loss's gradient
+        # must not shrink the policy's step (nor the policy's the value head's). The norm returned
+        # (and logged as grad_norm) is the policy's.
+        limit = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+        main, value = ([p for p in g["params"] if p.grad is not None] for g in self.optimizer.param_groups[:2])
+        norm = torch.nn.utils.clip_grad_norm_(main, limit) if main else torch.zeros(())
+        if value:
+            torch.nn.utils.clip_grad_norm_(value, limit)
         self.optimizer.step()
         return float(norm)
 
@@ -125,6 +131,8 @@ class DeepSpeedBackend:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29511")
             deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        # DeepSpeed clips one global norm over every parameter it holds, the value head included:
+        # unlike TorchBackend, the value loss's gradient still shares the policy's clip here.
         ds_cfg.setdefault("gradient_clipping", cfg.max_grad_norm)
         # The trainer marks accumulation boundaries itself (set_gradient_accumulation_boundary).
         ds_cfg["gradient_accumulation_steps"] = 1

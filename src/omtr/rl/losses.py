@@ -47,14 +47,25 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     return ((x - mean) * torch.rsqrt(var + eps)).masked_fill(~mask.bool(), 0.0)
 
 
-def whiten(values: Sequence[float], eps: float = 1e-8) -> list[float]:
-    """Plain-list ``(x - mean) / std`` (population std); a single value becomes 0."""
+# Below this spread a batch's (or group's) values are centred but not scaled: dividing by a near-zero
+# standard deviation would blow rounding noise, or a small term such as an untrained Judge's 0.3 s_J,
+# up to unit-size advantages.
+MIN_STD = 1e-3
+
+
+def whiten(values: Sequence[float], eps: float = 1e-8, min_std: float = MIN_STD) -> list[float]:
+    """Plain-list ``(x - mean) / std`` (population std); a single value becomes 0, and values whose
+    spread is below ``min_std`` are only centred (see :data:`MIN_STD`)."""
     n = len(values)
     if n == 0:
         return []
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
-    return [(v - mean) / (std + eps) if n > 1 else 0.0 for v in values]
+    if n == 1:
+        return [0.0]
+    if std < min_std:
+        return [v - mean for v in values]
+    return [(v - mean) / (std + eps) for v in values]
 
 
 # ------------------------------------------------------------------------------ PPO
@@ -111,7 +122,8 @@ def discounted_credit(final_reward: float, steps: int, gamma: float) -> list[flo
 def group_advantages(rewards: Sequence[float], groups: Sequence[object], *, scale: bool = True,
                      eps: float = 1e-6) -> list[float]:
     """GRPO-style: each reward minus the mean of its group (the samples of one task), divided by
-    the group's standard deviation (population) when ``scale``; a group of one gets 0."""
+    the group's standard deviation (population) when ``scale`` and the group's spread is at least
+    :data:`MIN_STD` (below it the rewards are only centred); a group of one gets 0."""
     if len(rewards) != len(groups):
         raise ValueError(f"{len(rewards)} rewards for {len(groups)} group keys")
     members: dict[object, list[float]] = {}
@@ -127,7 +139,8 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[object], *, scal
         a = r - mean
         if scale:
             std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-            a /= std + eps
+            if std >= MIN_STD:
+                a /= std + eps
         out.append(a)
     return out
 

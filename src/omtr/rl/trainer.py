@@ -61,6 +61,7 @@ from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, merge_weighted_means, shard
 from omtr.rl.distributed import whiten as whiten_over_ranks
 from omtr.rl.engine import TrainModules, make_backend
+from omtr.rl.recipe import Curriculum, JudgeGate, groups_with_signal, object_count
 from omtr.rl.rewards import OUTCOME_SCORES, actor_reward, editor_reward, outcome
 from omtr.tasks.training import TrainingTask
 
@@ -157,6 +158,7 @@ class StepItem:
     value: float | None = None
     ref_logprobs: list[float] | None = None
     domain: str | None = None  # the task's given domain (domain-given mode): the masks replay with it
+    skip: bool = False  # dynamic sampling: its group carries no signal (rewarded and logged, not trained on)
     feature: torch.Tensor | None = field(default=None, repr=False)
 
 
@@ -226,6 +228,10 @@ class Trainer:
         self.planner_calls = 0
         self.history: list[dict] = []
         self.rollout_task_ids: list[str] = []  # the tasks this rank rolled out in its last update
+        # the small-model recipe's state (omtr.rl.recipe): saved with every checkpoint
+        self.judge_gate = JudgeGate(cfg.judge_gate_auc, cfg.judge_gate_window)
+        self.curriculum = Curriculum(self.tasks, enabled=cfg.curriculum, start=cfg.curriculum_start,
+                                     advance_at=cfg.curriculum_advance_at)
         self.out.mkdir(parents=True, exist_ok=True)
         self._tracker = None
         if resume:
@@ -240,13 +246,28 @@ class Trainer:
 
     def batch_tasks(self, update: int | None = None) -> list[TrainingTask]:
         """The tasks of update ``update`` (default: the next one): a seeded permutation per cycle,
-        walked in order and wrapped around when the cycle needs more tasks than there are."""
+        walked in order and wrapped around when the cycle needs more tasks than there are. With the
+        curriculum, the permutation is of the tasks its current cap admits."""
         u = self.update if update is None else update
         c, k = divmod(u, self.cfg.updates_per_cycle)
-        order = list(range(len(self.tasks)))
-        random.Random(self.cfg.seed * 1_000_003 + c).shuffle(order)
+        pool = self.curriculum.eligible(self.tasks) if self.cfg.curriculum else self.tasks
+        order = list(range(len(pool)))
+        salt = 7919 * (self.curriculum.cap or 0) if self.cfg.curriculum else 0
+        random.Random(self.cfg.seed * 1_000_003 + c + salt).shuffle(order)
         n = self.cfg.tasks_per_batch
-        return [self.tasks[order[(k * n + i) % len(order)]] for i in range(n)]
+        return [pool[order[(k * n + i) % len(order)]] for i in range(n)]
+
+    def replacement_tasks(self, n: int, round_: int, exclude: set[str]) -> list[TrainingTask]:
+        """Dynamic sampling's ``n`` replacement tasks for rollout round ``round_`` (>= 1) of the next
+        update: seeded by update and round, admitted by the curriculum, tasks already rolled out in
+        this update avoided while others remain."""
+        pool = self.curriculum.eligible(self.tasks) if self.cfg.curriculum else self.tasks
+        fresh = [t for t in pool if t.id not in exclude] or list(pool)
+        rng = random.Random(self.cfg.seed * 1_000_003 + 104_729 * (self.update + 1) + round_)
+        picked = rng.sample(fresh, min(n, len(fresh)))
+        while len(picked) < n:  # fewer tasks than a batch: wrap around
+            picked.append(rng.choice(fresh))
+        return picked
 
     def rank_tasks(self, update: int | None = None) -> tuple[int, list[TrainingTask]]:
         """This rank's share of :meth:`batch_tasks` (all of it in one process): the position of its
@@ -303,29 +324,57 @@ class Trainer:
         t0 = time.perf_counter()
         start, mine = self.rank_tasks()
         self.rollout_task_ids = [t.id for t in mine]
-        tasks = [t for t in mine for _ in range(cfg.samples_per_task)]
-        sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
-                            max_new_tokens=cfg.max_new_tokens,
-                            seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank)
         for m in self.distinct:
             m.eval()
         self._refresh_s = sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
         engines = {r: self.engines[id(m)] for r, m in self.models.items()}
         policy = engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)
-        episodes = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
-                                budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
-                                judge=cfg.use_judge) if tasks else []
+        gate_open = cfg.use_judge and self.judge_gate.open  # decided on earlier updates' specs
+        # Episodes are numbered within the cycle, over the whole batch: this rank's come after the
+        # lower ranks' (contiguous shares). Dynamic sampling's replacement rounds number on inside
+        # the rank's share, which is `rounds` times wider then.
+        rounds = cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1
+        first = ((self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task) * rounds
+        episodes: list[Episode] = []
+        items: list[StepItem] = []
+        judge_items: list[JudgeItem] = []
+        kept: set = set()  # groups with signal (dynamic sampling)
+        batch, rolled = mine, 0
+        for r in range(rounds):
+            tasks = [t for t in batch for _ in range(cfg.samples_per_task)]
+            sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
+                                max_new_tokens=cfg.max_new_tokens,
+                                seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank + 7_000_003 * r)
+            eps = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
+                               budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
+                               judge=cfg.use_judge) if tasks else []
+            its, jits = self._items(eps, first + len(episodes), judge_term=gate_open)
+            episodes += eps
+            items += its
+            judge_items += jits
+            rolled += len(batch)
+            if not cfg.dynamic_sampling:
+                break
+            kept |= self._groups_with_signal(its, len(mine) - len(kept))
+            missing = len(mine) - len(kept)
+            if missing <= 0 or r == rounds - 1 or self._stop.is_set():
+                break
+            batch = self.replacement_tasks(missing, r + 1, {e.task.id for e in episodes})
+        if cfg.dynamic_sampling:
+            for it in items:
+                it.skip = it.group not in kept
+        offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
+        for k, j in enumerate(judge_items):
+            j.index = offset + k
         rollout_s = time.perf_counter() - t0
-        log.info("update %d%s: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s", self.update + 1,
+        log.info("update %d%s: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s%s", self.update + 1,
                  f" (rank {self.coll.rank}/{self.coll.world})" if self.coll.active else "",
                  len(episodes), sum(e.planner_calls for e in episodes),
-                 sum(len(s.token_ids) for e in episodes for s in e.steps), rollout_s)
+                 sum(len(s.token_ids) for e in episodes for s in e.steps), rollout_s,
+                 f"; {len(kept)} of {rolled} groups with signal" if cfg.dynamic_sampling else "")
         if self._stop_requested():
             return None
-        # episodes are numbered within the cycle, over the whole batch: this rank's come after the
-        # lower ranks' (contiguous shares)
-        first = (self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task
-        items, judge_items = self._items(episodes, first)
+        recipe = self._observe_recipe(episodes, gate_open, len(kept), rolled)
         t1 = time.perf_counter()
         engine_kl = None if self.exact_rollout else self._recompute_old(items)
         self._reference_pass(items)
@@ -345,18 +394,27 @@ class Trainer:
             metrics["engine_kl"] = engine_kl
         if not self.exact_rollout:
             metrics["engine_refresh_s"] = self._refresh_s
+        metrics.update(recipe)
         self.history.append({"update": self.update, "cycle": (self.update - 1) // cfg.updates_per_cycle, **metrics})
         if self.coll.is_main:
             self._log_metrics(metrics, log_path, validation)
         return metrics
 
     # ------------------------------------------------------------------ rewards
-    def _items(self, episodes: list[Episode], first: int) -> tuple[list[StepItem], list[JudgeItem]]:
+    def _items(self, episodes: list[Episode], first: int, *, judge_term: bool | None = None
+               ) -> tuple[list[StepItem], list[JudgeItem]]:
+        """The episodes' steps with their rewards (``R_A`` with ``s_J`` when ``judge_term``, default
+        ``use_judge``), numbered from ``first``; and the Judge's labelled Actor specs. A verdict
+        decided by a limit scores 0 (``limited_reward=zero``, the paper) or nothing (``skip``)."""
         cfg = self.cfg
+        if judge_term is None:
+            judge_term = cfg.use_judge
         steps = [(n, s) for n, ep in enumerate(episodes) for s in ep.steps]
         scores = self.score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
                             token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
                             task_ids=[episodes[n].task.id for n, _ in steps])
+        if cfg.limited_reward == "zero":
+            scores = [0.0 if sc is None and s.verdict.limited else sc for (_, s), sc in zip(steps, scores)]
         score_of = {(n, s.index): sc for (n, s), sc in zip(steps, scores)}
         items: list[StepItem] = []
         judge_items: list[JudgeItem] = []
@@ -369,7 +427,7 @@ class Trainer:
             for s in ep.steps:
                 if s.role == "actor":
                     prompt = P.actor_messages(ep.task)
-                    reward = actor_reward(score_of[(n, 0)], s.judge_score if cfg.use_judge else None,
+                    reward = actor_reward(score_of[(n, 0)], s.judge_score if judge_term else None,
                                           cfg.judge_reward_weight)
                     if cfg.use_judge and not s.verdict.limited:
                         judge_items.append(JudgeItem(
@@ -386,10 +444,45 @@ class Trainer:
                                       outcome=outcome(s.verdict), limited=s.verdict.limited,
                                       judge_score=s.judge_score, reward=reward))
                 prev = s
-        offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
-        for k, j in enumerate(judge_items):
-            j.index = offset + k
         return items, judge_items
+
+    # ------------------------------------------------------------------ the recipe's rules
+    @staticmethod
+    def _groups_with_signal(items: list[StepItem], want: int) -> set:
+        """Up to ``want`` groups (in rollout order) whose samples' returns differ for some role."""
+        returns: dict[tuple, float] = {}
+        for it in items:
+            if it.reward is not None and it.tokens:
+                returns[(it.role, it.group, it.ep)] = returns.get((it.role, it.group, it.ep), 0.0) + it.reward
+        signal = groups_with_signal(((role, g), ret) for (role, g, _), ret in returns.items())
+        groups = list(dict.fromkeys(it.group for it in items))
+        return set([g for g in groups if any((role, g) in signal for role in GEN_ROLES)][:max(0, want)])
+
+    def _observe_recipe(self, episodes: list[Episode], gate_open: bool, kept: int, rolled: int) -> dict:
+        """Feed this update's rollouts (every rank's) to the Judge gate and the curriculum; returns
+        their figures for the metrics."""
+        cfg = self.cfg
+        mine = {"judge": [(e.judge_score, e.actor_success) for e in episodes
+                          if e.judge_score is not None and e.steps and not e.steps[0].verdict.limited],
+                "tasks": [(object_count(e.task), e.success) for e in episodes]}
+        parts = self.coll.gather(mine) if self.coll.active else [mine]
+        judged = [x for p in parts for x in p["judge"]]
+        out: dict[str, float] = {}
+        if cfg.use_judge:
+            out["judge_gate_open"] = float(gate_open)
+            self.judge_gate.observe([p for p, _ in judged], [y for _, y in judged])
+            auc = self.judge_gate.auc()
+            if auc is not None:
+                out["judge_gate_auc"] = auc
+        if cfg.curriculum:
+            cap = self.curriculum.cap
+            if self.curriculum.observe([x for p in parts for x in p["tasks"]]):
+                log.info("curriculum: tasks of up to %s objects from the next update (was %s)", self.curriculum.cap, cap)
+            out["curriculum_cap"] = float(cap if cap is not None else 0)
+        if cfg.dynamic_sampling:
+            k, n = (self.coll.sum([kept, rolled]) if self.coll.active else (kept, rolled))
+            out["groups_with_signal"], out["groups_rolled_out"] = float(k), float(n)
+        return out
 
     # ------------------------------------------------------------------ PPO's old log-probs
     @torch.no_grad()
@@ -400,7 +493,7 @@ class Trainer:
         on the rollout's tokens (the engine's samples); None when there are no tokens."""
         diff, n = 0.0, 0
         for role in GEN_ROLES:
-            todo = [it for it in items if it.role == role and it.tokens]
+            todo = [it for it in items if it.role == role and it.tokens and not it.skip]
             model = self.models[role]
             model.eval()
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
@@ -423,7 +516,7 @@ class Trainer:
         if self.cfg.kl_coef <= 0 and not need_values:
             return
         for role in GEN_ROLES:
-            todo = [it for it in items if it.role == role and it.reward is not None and it.tokens]
+            todo = [it for it in items if it.role == role and it.reward is not None and it.tokens and not it.skip]
             model = self.models[role]
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
                 with _capture_hidden(model) as cap, model.reference():
@@ -442,7 +535,7 @@ class Trainer:
         trajs, members = [], []
         by_ep: dict[tuple, list[StepItem]] = {}
         for it in items:
-            if it.reward is not None and it.tokens:
+            if it.reward is not None and it.tokens and not it.skip:
                 by_ep.setdefault((it.ep, it.role), []).append(it)
         for (_, role), its in by_ep.items():
             its.sort(key=lambda i: i.step)
@@ -724,6 +817,7 @@ class Trainer:
                               "next_tasks": [t.id for t in self.batch_tasks()] if self.update < self.cfg.total_updates else []},
             "rng": rng,
             "history": self.history,
+            "recipe": {"judge_gate": self.judge_gate.state_dict(), "curriculum": self.curriculum.state_dict()},
             "config": self.cfg.to_dict(),
         }
         if self.backend.name == "deepspeed":
@@ -779,6 +873,9 @@ class Trainer:
         random.setstate(rng["python"])
         torch.set_rng_state(rng["torch"])
         self.history = list(state.get("history", []))
+        recipe = state.get("recipe") or {}
+        self.judge_gate.load_state_dict(recipe.get("judge_gate") or {})
+        self.curriculum.load_state_dict(recipe.get("curriculum") or {})
         log.info("resumed from %s: update %d of %d", d, self.update, self.cfg.total_updates)
 
     def _write_config(self) -> None:
