@@ -70,15 +70,17 @@ def train(profile: str, model: str, train_set: list, device: str, mlflow_trackin
 
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
-def train_job(profile: str, trainer_image: str, nodes: int, gpus_per_node: int, namespace: str,
+def train_job(profile: str, trainer_image: str, nodes: int, gpus_per_node: int, namespace: str, job_kind: str,
               shared_dir: str, mlflow_tracking_uri: str, solver_url: str, timeout_s: int, train_tasks: Input[Dataset],
               trained: Output[Model], episodes: Output[Dataset]):
-    """`omtr k8s train-job --wait`: multi-node DeepSpeed training as a Kubeflow PyTorchJob on the GPU
-    pool (the paper profile), created and watched from this CPU pod. The tasks go to, and the run
-    directory comes back from, the checkpoint volume mounted at ``shared_dir`` in both; the run
-    directory and the job's name are keyed by the tasks and settings: a retried step watches the
-    job it created (``omtr k8s train-job`` keeps an existing job of that name), and a rerun of a
-    stopped job resumes from its checkpoints."""
+    """`omtr k8s train-job --wait`: multi-node DeepSpeed training on the GPU pool (the paper profile),
+    created and watched from this CPU pod, as a Kubeflow Training Operator PyTorchJob
+    (``job_kind`` pytorchjob) or a Kubeflow Trainer v2 TrainJob on the ClusterTrainingRuntime
+    omtr-torch-distributed (``job_kind`` trainjob). The tasks go to, and the run directory comes
+    back from, the checkpoint volume mounted at ``shared_dir`` in both; the run directory and the
+    job's name are keyed by the tasks and settings (and the kind, for a TrainJob): a retried step
+    watches the job it created (``omtr k8s train-job`` keeps an existing job of that name), and a
+    rerun of a stopped job resumes from its checkpoints."""
     import hashlib
     import os
     import shutil
@@ -87,14 +89,17 @@ def train_job(profile: str, trainer_image: str, nodes: int, gpus_per_node: int, 
 
     with open(train_tasks.path, "rb") as f:
         data = f.read()
-    key = hashlib.sha256(data + f"|{profile}|{nodes}|{gpus_per_node}|{trainer_image}".encode()).hexdigest()[:12]
+    if job_kind not in ("pytorchjob", "trainjob"):
+        raise ValueError(f"train_job_kind {job_kind!r}: choose pytorchjob or trainjob")
+    settings = f"|{profile}|{nodes}|{gpus_per_node}|{trainer_image}" + ("" if job_kind == "pytorchjob" else f"|{job_kind}")
+    key = hashlib.sha256(data + settings.encode()).hexdigest()[:12]
     run_dir = os.path.join(shared_dir, f"train-{key}")
     os.makedirs(run_dir, exist_ok=True)
     tasks = os.path.join(run_dir, "train.jsonl")
     with open(tasks, "wb") as f:
         f.write(data)
     out = os.path.join(run_dir, "run")
-    args = ["k8s", "train-job", "--image", trainer_image, "--profile", profile, "--tasks", tasks, "--out", out,
+    args = ["k8s", "train-job", "--kind", job_kind, "--image", trainer_image, "--profile", profile, "--tasks", tasks, "--out", out,
             "--nodes", nodes, "--gpus-per-node", gpus_per_node, "--namespace", namespace, "--name", f"omtr-train-{key}",
             "--mlflow-uri", mlflow_tracking_uri, "--solver-url", solver_url, "--wait", "--timeout", timeout_s]
     run_omtr(args, timeout_s=timeout_s + 120)

@@ -7,8 +7,10 @@ Where training runs is the run parameter ``train_on``:
 - ``cpu``: ``omtr train`` in the step's pod on the CPU pool (the small and micro profiles);
 - ``gpu``: ``omtr train`` in a pod on the A100 pool: node selector, toleration and one
   ``nvidia.com/gpu`` (kfp-kubernetes), the profile's model on ``cuda``;
-- ``train-job``: ``omtr k8s train-job --wait`` creates and watches a multi-node PyTorchJob running
-  DeepSpeed (the paper profile); the step itself stays on a small CPU pod.
+- ``train-job``: ``omtr k8s train-job --wait`` creates and watches a multi-node job running
+  DeepSpeed (the paper profile); the step itself stays on a small CPU pod. The run parameter
+  ``train_job_kind`` picks the job's API: ``pytorchjob`` (Kubeflow Training Operator, the default)
+  or ``trainjob`` (Kubeflow Trainer v2, on the ClusterTrainingRuntime omtr-torch-distributed).
 Pod settings are fixed at compile time, so each place is its own task in a ``dsl.If/Elif``
 branch, and the steps after training are one sub-pipeline called in each branch with that branch's
 model; the first step rejects any other ``train_on`` (and any unknown profile, promotion rule or
@@ -16,7 +18,7 @@ deploy mode) before work starts. (Routing one model out of the branches with ``d
 local runner cannot execute it, and the pipeline must run locally end to end.)
 
 Per step, deliberately (:data:`STEPS`): retries only where a step is idempotent (tasks generation,
-training, whose retried launcher watches the PyTorchJob it created, evaluation against the fleet),
+training, whose retried launcher watches the job it created, evaluation against the fleet),
 never for validation (bad data stays bad), registration, promotion or deploy (each would act twice);
 caching where outputs are a function of the inputs (tasks, training, evaluation, validation),
 never for registry and cluster changes; requests and limits sized to the work; and time-outs
@@ -32,6 +34,7 @@ from kfp import dsl, kubernetes
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the components/ package beside pipelines/
 
 from components import steps  # noqa: E402
+from omtr.k8s.trainjob import JOB_KINDS  # noqa: E402
 
 PIPELINE_NAME = "omtr"
 
@@ -39,13 +42,13 @@ PIPELINE_NAME = "omtr"
 MLFLOW_URI = "http://omtr-mlflow.omtr.svc.cluster.local:5000"
 SOLVER_URL = "http://omtr-solver.omtr.svc.cluster.local:8600"
 # The fleet's bearer token: a Secret with key `token` in the namespace the run's pods run in (the
-# same Secret k8s/base mounts into the fleet, the serving pods and the PyTorchJob). Every task that
+# same Secret k8s/base mounts into the fleet, the serving pods and the training jobs). Every task that
 # calls the fleet gets it as OMTR_SOLVER_TOKEN (kfp-kubernetes use_secret_as_env); a missing Secret
 # stops the pod at start with an event that names it, not with a 401 an hour into evaluation.
 SOLVER_TOKEN_SECRET, SOLVER_TOKEN_KEY, SOLVER_TOKEN_ENV = "omtr-solver-token", "token", "OMTR_SOLVER_TOKEN"
 TRAINER_IMAGE = steps.OMTR_IMAGE.replace("/omtr:", "/omtr-trainer-gpu:")  # docker/trainer-gpu.Dockerfile
 
-# The A100 pool as k8s/ knows it (the PyTorchJob's affinity and tolerations): nodes labelled
+# The A100 pool as k8s/ knows it (the training jobs' affinity and tolerations): nodes labelled
 # omtr.dev/pool=a100 and tainted for GPU work.
 GPU_NODE_SELECTOR = ("omtr.dev/pool", "a100")
 GPU_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -54,7 +57,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Pod labels: k8s/base/network-policies.yaml lets pods with these components (in a namespace
 # labelled omtr.dev/solver-clients=true, where the pipeline's pods run) reach the solver fleet.
 COMPONENT_LABEL = "app.kubernetes.io/component"
-# The volume that the train-job step and the PyTorchJob's pods share (tasks in, model out).
+# The volume that the train-job step and the training job's pods share (tasks in, model out).
 CHECKPOINT_PVC, CHECKPOINT_MOUNT = "omtr-checkpoints", "/checkpoints"
 
 
@@ -74,6 +77,7 @@ STEPS = {
     "deploy": {"retries": 0, "cache": False, "cpu": ("250m", "500m"), "memory": ("256Mi", "512Mi"), "timeout_s": None},
 }
 TRAIN_ON = ("cpu", "gpu", "train-job")
+TRAIN_JOB_KINDS = JOB_KINDS  # the train-job branch: a PyTorchJob or a TrainJob (omtr k8s train-job --kind)
 POD_GRACE_S = 300
 TRAIN_POD_DEADLINE_S = 7 * 24 * 3600  # the pod's cap whatever train_timeout_s says
 DEPLOY_POD_DEADLINE_S = 3600
@@ -159,8 +163,10 @@ def omtr_pipeline(
     train_nodes: int = 1,
     gpus_per_node: int = 8,
     train_namespace: str = "omtr",
+    train_job_kind: str = "pytorchjob",
 ):
     choices = {"train_on": [train_on, list(TRAIN_ON)], "profile": [profile, ["small", "micro", "paper"]],
+               "train_job_kind": [train_job_kind, list(TRAIN_JOB_KINDS)],
                "promotion_rule": [promotion_rule, ["point", "ci"]], "deploy_mode": [deploy_mode, ["apply", "dry-run"]]}
     prep = _settle(steps.prepare_tasks(family=family, n_train=n_train, n_val=n_val, min_objects=min_objects,
                                        max_objects=max_objects, seed=seed, timeout_s=STEPS["prepare"]["timeout_s"],
@@ -193,7 +199,7 @@ def omtr_pipeline(
 
     with dsl.Elif(train_on == "train-job", name="train-as-job"):
         tr = _settle(steps.train_job(profile=profile, trainer_image=trainer_image, nodes=train_nodes,
-                                     gpus_per_node=gpus_per_node, namespace=train_namespace,
+                                     gpus_per_node=gpus_per_node, namespace=train_namespace, job_kind=train_job_kind,
                                      shared_dir=CHECKPOINT_MOUNT, mlflow_tracking_uri=mlflow_tracking_uri, solver_url=solver_url,
                                      timeout_s=train_timeout_s, train_tasks=prep.outputs["train_tasks"]),
                      "train-job", pod_deadline_s=TRAIN_POD_DEADLINE_S)

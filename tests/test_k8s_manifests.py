@@ -1,5 +1,6 @@
 """The manifests under k8s/: both overlays render, every object passes strict offline validation
-(kubernetes-validate, Kubernetes 1.31; PyTorchJob against the pinned Training Operator schema), and
+(kubernetes-validate, Kubernetes 1.31; PyTorchJob against the pinned Training Operator schema, the
+ClusterTrainingRuntime against the pinned Kubeflow Trainer v2 schema), and
 the properties the cluster relies on hold on the rendered objects: security settings on every
 workload, the fleet's NetworkPolicy, resources, probes, the fleet's memory, the serving contract."""
 
@@ -23,7 +24,11 @@ SOLVER_CLIENTS = {"trainer", "evaluator", "serving"}
 # before relaxing readOnlyRootFilesystem anywhere.
 WRITABLE_ROOT_FS: dict[tuple[str, str], str] = {}
 # Kinds that run pods, and where their pod templates are.
-WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "PyTorchJob", "Pod"}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "PyTorchJob", "Pod",
+                  "TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"}
+# Cluster-scoped kinds. kustomize's namespace transformer sets metadata.namespace on custom kinds
+# whatever their scope (it cannot know it); the API server clears it on cluster-scoped objects.
+CLUSTER_SCOPED = {"Namespace", "ClusterTrainingRuntime"}
 LONG_RUNNING = {"Deployment", "StatefulSet", "DaemonSet"}
 
 
@@ -41,6 +46,11 @@ def pod_templates(obj):
         return [(obj["metadata"]["name"], spec["jobTemplate"]["spec"]["template"])]
     if kind == "PyTorchJob":
         return [(f"{obj['metadata']['name']}/{r}", t["template"]) for r, t in spec["pytorchReplicaSpecs"].items()]
+    if kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        return [(f"{obj['metadata']['name']}/{j['name']}", j["template"]["spec"]["template"])
+                for j in spec["template"]["spec"]["replicatedJobs"]]
+    if kind == "TrainJob":
+        return []  # its pods come from the runtime it refers to (with overrides: tests/test_k8s_trainjob.py)
     return [(obj["metadata"]["name"], spec["template"])]
 
 
@@ -77,7 +87,7 @@ def test_every_rendered_object_is_valid_strict(overlay):
 
 
 def test_validation_is_strict_and_fails_on_bad_objects(overlay):
-    _, objs = overlay
+    name, objs = overlay
     dep = find(objs, "Deployment", "omtr-solver")
     import copy
 
@@ -89,6 +99,22 @@ def test_validation_is_strict_and_fails_on_bad_objects(overlay):
     assert validate_object(wrong_type, K8S_VERSION)
     unknown_kind = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"}}
     assert "no schema" in validate_object(unknown_kind, K8S_VERSION)
+    # the custom resources against their pinned schemas, strictly, and only at the pinned version
+    pinned = [o for o in objs if o["kind"] in ("PyTorchJob", "ClusterTrainingRuntime")]
+    assert {o["kind"] for o in pinned} == ({"PyTorchJob", "ClusterTrainingRuntime"} if name == "gpu-cluster" else set())
+    for obj in pinned:
+        typo = copy.deepcopy(obj)
+        (_, t), *_ = pod_templates(typo)
+        t["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+        assert "imagePullPolicyy" in validate_object(typo, K8S_VERSION)
+        wrong_type = copy.deepcopy(obj)
+        (_, t), *_ = pod_templates(wrong_type)
+        t["spec"]["automountServiceAccountToken"] = "no"
+        assert "automountServiceAccountToken" in validate_object(wrong_type, K8S_VERSION)
+        other_version = {**obj, "apiVersion": obj["apiVersion"].rsplit("/", 1)[0] + "/v9"}
+        assert "no schema" in validate_object(other_version, K8S_VERSION)
+    trainer_kind = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "OptimizationJob", "metadata": {"name": "x"}}
+    assert "no schema" in validate_object(trainer_kind, K8S_VERSION)
 
 
 def test_everything_lands_in_the_overlay_namespace(overlay):
@@ -96,7 +122,7 @@ def test_everything_lands_in_the_overlay_namespace(overlay):
     ns = NAMESPACES[name]
     assert find(objs, "Namespace", ns)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for o in objs:
-        if o["kind"] != "Namespace":
+        if o["kind"] not in CLUSTER_SCOPED:
             assert o["metadata"].get("namespace") == ns, f"{o['kind']}/{o['metadata']['name']} outside {ns}"
         assert o["metadata"]["labels"]["omtr.dev/env"] == name
 
@@ -313,6 +339,24 @@ def test_gpu_cluster_trains_on_the_a100_pool():
         assert "--resume" in c["command"][-1]
 
 
+def test_gpu_cluster_carries_the_training_runtime_of_the_trainjobs():
+    """The ClusterTrainingRuntime that `omtr k8s train-job --kind trainjob` refers to is in the
+    overlay, on the overlay's trainer image, shaped the way the Trainer's torch plugin drives it."""
+    from omtr.k8s.trainjob import TrainJobSpec, build_trainjob
+
+    objs = render_overlay(str(ROOT / "k8s" / "overlays" / "gpu-cluster"))
+    ref = build_trainjob(TrainJobSpec(image="i:1", tasks="/checkpoints/t.jsonl", out="/checkpoints/r"))["spec"]["runtimeRef"]
+    runtime = find(objs, ref["kind"], ref["name"])
+    assert runtime["apiVersion"] == ref["apiGroup"] + "/v1alpha1"
+    assert runtime["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch" and "torch" in runtime["spec"]["mlPolicy"]
+    (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert job["name"] == "node" and job["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
+    pod = job["template"]["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    assert c["name"] == "node" and c["image"].startswith("registry.example.com/omtr/omtr-trainer-gpu:")
+    assert pod["spec"]["restartPolicy"] == "OnFailure" and pod["spec"]["serviceAccountName"] == "omtr-workload"
+
+
 # ------------------------------------------------------------------------------ MLflow and serving
 def test_mlflow_server_on_postgresql_with_proxied_artifacts(overlay):
     _, objs = overlay
@@ -393,7 +437,8 @@ def test_deployer_and_pipeline_have_least_privilege_in_the_namespace(overlay):
     assert roles == {
         "omtr-deployer": {(("apps",), ("deployments",)): {"get", "list", "watch", "patch"},
                           (("apps",), ("replicasets",)): {"get", "list"}},
-        "omtr-trainjob-launcher": {(("kubeflow.org",), ("pytorchjobs",)): {"create", "get", "list", "watch"}},
+        "omtr-trainjob-launcher": {(("kubeflow.org",), ("pytorchjobs",)): {"create", "get", "list", "watch"},
+                                   (("trainer.kubeflow.org",), ("trainjobs",)): {"create", "get", "list", "watch"}},
     }
     assert not any(o["kind"] in ("ClusterRole", "ClusterRoleBinding") for o in objs)
     bindings = {o["metadata"]["name"]: o for o in objs if o["kind"] == "RoleBinding"}

@@ -210,3 +210,66 @@ def test_compile_pins_images_by_digest(tmp_path, caplog):
     assert any("is a tag" in r.getMessage() and "digest" in r.getMessage() for r in caplog.records)
     with pytest.raises(KubeflowError, match="64 hex digits"):
         compile_pipeline(tmp_path / "q.yaml", image="registry.example.com/ml/omtr@sha256:abc")
+
+
+def test_train_job_kind_is_a_run_parameter_passed_to_the_train_job_step():
+    """`train_job_kind` (default pytorchjob) reaches the train-job task, whose launcher passes it to
+    `omtr k8s train-job --kind`; the first step refuses any other value."""
+    spec, _ = _docs(COMMITTED)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["train_job_kind"] == {"defaultValue": "pytorchjob", "isOptional": True, "parameterType": "STRING"}
+    tasks = _tasks(spec)
+    (job,) = tasks["train-job"]
+    assert job["inputs"]["parameters"]["job_kind"] == {"componentInputParameter": "pipelinechannel--train_job_kind"}
+    program = "\n".join(spec["deploymentSpec"]["executors"][job["_executor"]]["container"]["command"])
+    assert '"--kind", job_kind' in program
+    (prep,) = tasks["prepare"]
+    choices = prep["inputs"]["parameters"]["choices"]
+    assert "train_job_kind" in str(choices) and "trainjob" in str(choices)
+
+
+def test_train_job_step_launches_the_kind_asked_for(tmp_path, monkeypatch):
+    """The train-job component (its plain Python function, `omtr` stubbed): --kind as given; a
+    PyTorchJob keeps the job name and run directory it had before the parameter existed (a retried
+    step re-attaches), a TrainJob gets its own; an unknown kind is refused before anything runs."""
+    import hashlib
+    import os
+
+    sys.path.insert(0, str(ROOT))
+    import omtr.k8s.step as step
+    from components import steps
+
+    calls = []
+
+    def fake_run_omtr(args, timeout_s, **_):
+        args = [str(a) for a in args]
+        calls.append(args)
+        out = args[args.index("--out") + 1]
+        for d in ("model", "episodes"):
+            os.makedirs(os.path.join(out, d), exist_ok=True)
+        return 0
+
+    monkeypatch.setattr(step, "run_omtr", fake_run_omtr)
+    tasks = tmp_path / "train.jsonl"
+    tasks.write_text('{"task": "t"}\n')
+
+    class Art:
+        def __init__(self, path):
+            self.path, self.metadata = str(path), {}
+
+    def launch(kind):
+        steps.train_job.python_func(profile="paper", trainer_image="reg/omtr-trainer-gpu:1", nodes=2, gpus_per_node=8,
+                                    namespace="omtr", job_kind=kind, shared_dir=str(tmp_path / "ck"), mlflow_tracking_uri="",
+                                    solver_url="", timeout_s=60, train_tasks=Art(tasks), trained=Art(tmp_path / f"m-{kind}"),
+                                    episodes=Art(tmp_path / f"e-{kind}"))
+        return calls[-1]
+
+    pj, tj = launch("pytorchjob"), launch("trainjob")
+    assert pj[:4] == ["k8s", "train-job", "--kind", "pytorchjob"] and tj[:4] == ["k8s", "train-job", "--kind", "trainjob"]
+    old_key = hashlib.sha256(tasks.read_bytes() + b"|paper|2|8|reg/omtr-trainer-gpu:1").hexdigest()[:12]
+    assert pj[pj.index("--name") + 1] == f"omtr-train-{old_key}"
+    assert tj[tj.index("--name") + 1] != pj[pj.index("--name") + 1]
+    assert tj[tj.index("--out") + 1] != pj[pj.index("--out") + 1]
+    with pytest.raises(ValueError, match="train_job_kind 'mpijob'"):
+        launch("mpijob")
+    assert len(calls) == 2

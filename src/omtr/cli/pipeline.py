@@ -105,9 +105,12 @@ SUBMIT_EXAMPLES = """  export KF_TOKEN=$(kubectl -n kubeflow create token defaul
   omtr pipeline submit --host http://127.0.0.1:8080 --param profile=micro --param n_train=4 --wait
   omtr pipeline submit --host URL --token-file /var/run/secrets/kf/token --param train_on=train-job \\
       --param profile=paper --param train_nodes=2 --param gpus_per_node=8 --service-account omtr-deployer
+  omtr pipeline submit --host URL --param train_on=train-job --param train_job_kind=trainjob \\
+      --param profile=paper --param train_nodes=2           # the same, as a Kubeflow Trainer v2 TrainJob
   omtr pipeline submit --host URL --package pipelines/omtr_pipeline.yaml --param deploy_mode=dry-run
 
-Run parameters (--param KEY=VALUE): profile, model, train_on (cpu | gpu | train-job), train_set
+Run parameters (--param KEY=VALUE): profile, model, train_on (cpu | gpu | train-job),
+train_job_kind (pytorchjob | trainjob: the train-job branch's Kubeflow API), train_set
 (a JSON list or comma-separated KEY=VALUE for omtr train --set), family, n_train, n_val,
 eval_budget, max_new_tokens, solver_url, mlflow_tracking_uri, registry_name, promotion_rule
 (point | ci), serving_namespace, serving_deployment, deploy_mode (apply | dry-run), and more:

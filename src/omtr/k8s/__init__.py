@@ -1,2 +1,3 @@
-"""Kubernetes support: rendering ``k8s/`` with kustomize (``kubectl kustomize``), the PyTorchJob
-builder for multi-node training, and the deploy step's rollout of the serving Deployment."""
+"""Kubernetes support: rendering ``k8s/`` with kustomize (``kubectl kustomize``), the multi-node
+training job builder (a Kubeflow Training Operator PyTorchJob or a Kubeflow Trainer v2 TrainJob with
+its training runtime), and the deploy step's rollout of the serving Deployment."""

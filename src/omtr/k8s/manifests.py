@@ -1,9 +1,10 @@
 """The manifests under ``k8s/``: where they are, how an overlay renders, and offline validation.
 
 Every object is checked with kubernetes-validate's strict schemas (unknown fields are errors) for
-one Kubernetes version (``DEFAULT_K8S_VERSION``, 1.31); PyTorchJob objects, which those schemas do
-not cover, against the pinned Training Operator schema (:mod:`omtr.k8s.trainjob`). A kind with no
-schema at all is an error, never a silent pass.
+one Kubernetes version (``DEFAULT_K8S_VERSION``, 1.31); the custom resources those schemas do not
+cover against pinned CRD schemas (:mod:`omtr.k8s.trainjob`): PyTorchJob (Kubeflow Training
+Operator), TrainJob, ClusterTrainingRuntime and TrainingRuntime (Kubeflow Trainer v2). A kind with
+no schema at all is an error, never a silent pass.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omtr.k8s.trainjob import DEFAULT_K8S_VERSION, KIND as PYTORCHJOB, TrainJobInvalid, validate_pytorchjob
+from omtr.k8s.trainjob import DEFAULT_K8S_VERSION, RESOURCES, TrainJobInvalid, validate_custom_object
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,10 @@ def validate_object(obj: dict, k8s_version: str = DEFAULT_K8S_VERSION) -> str | 
     from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
     name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
-    if obj.get("kind") == PYTORCHJOB:
+    pinned = RESOURCES.get(obj.get("kind"))
+    if pinned and obj.get("apiVersion") == pinned.api_version:
         try:
-            validate_pytorchjob(obj, k8s_version)
+            validate_custom_object(obj, k8s_version)
         except TrainJobInvalid as exc:
             return str(exc)
         return None
