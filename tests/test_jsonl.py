@@ -1,4 +1,4 @@
-"""The one JSON Lines reader: line-numbered, one-line errors (used by file:, scripted: and faithful)."""
+"""The one JSON Lines reader: line-numbered, one-line errors (used by file:, scripted:, faithful and PlanBench's plan files)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,21 @@ def test_missing_file_and_bad_encoding(tmp_path):
     p.write_bytes(b'{"id": 1}\n{"id": "\xff"}\n')
     with pytest.raises(JsonlError, match=r"b\.jsonl:2: not UTF-8 text"):
         list(read_jsonl(p))
+
+
+def test_planbench_plan_files_go_through_the_reader(tmp_path):
+    """PlanBench's plan files (``plan_generation/<config>.jsonl``): an error names the file and line."""
+    import re
+
+    from omtr.tasks.planbench import PlanBenchError, _gold_plans
+
+    (tmp_path / "plan_generation").mkdir()
+    f = tmp_path / "plan_generation" / "blocksworld.jsonl"
+    f.write_text('{"instance_id": 2, "gold_plan": ["(stack a b)"]}\n\n{"instance_id": 3, "gold_plan": [}\n')
+    with pytest.raises(PlanBenchError, match=rf"{re.escape(str(f))}:3: not valid JSON"):
+        _gold_plans(tmp_path, "blocksworld")
+    f.write_text('{"instance_id": 2, "gold_plan": ["(stack a b)"]}\n{"id": 3}\n')
+    with pytest.raises(PlanBenchError, match=rf"{re.escape(str(f))}:2: expected"):
+        _gold_plans(tmp_path, "blocksworld")
+    f.write_text('{"instance_id": 2, "gold_plan": ["(stack a b)"]}\n')
+    assert _gold_plans(tmp_path, "blocksworld") == {2: ["(stack a b)"]}

@@ -93,3 +93,43 @@ def test_content_keys_and_profiles():
     assert for_profile(PipelineConfig(profile="paper")).eval_budget == 6
     with pytest.raises(ValueError, match="unknown promotion rule"):
         PipelineConfig(rule="best")
+
+
+class _BrokenPlanner:
+    """A serving environment whose planner cannot run (what ``_Env`` gives when the local workers die
+    or Fast Downward is not installed on the endpoint)."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def solve_many(self, specs):
+        raise self.exc
+
+
+def _served_with(env):
+    from omtr.inference.scripted import ScriptedPolicy
+    from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM
+    from omtr.tracking.pyfunc import RoleModelPyfunc
+
+    py = RoleModelPyfunc()
+    py.limits, py.metrics, py.env = ServingLimits(budget=1, max_new_tokens=64), None, env
+    py.model = ScriptedPolicy({"Put a on b.": [f"```pddl\n{BW_DOMAIN}```\n```pddl\n{BW_PROBLEM}```"]})
+    return py
+
+
+@pytest.mark.parametrize("make_exc, words", [
+    (lambda: __import__("omtr.solver.proc", fromlist=["ToolMissing"]).ToolMissing("fast-downward not found"),
+     "the local planner cannot run on this endpoint (fast-downward not found)"),
+    (lambda: __import__("concurrent.futures.process", fromlist=["BrokenProcessPool"]).BrokenProcessPool("worker died"),
+     "the local planner cannot run on this endpoint (worker died)"),
+])
+def test_a_local_planner_outage_is_503_and_other_errors_are_not(make_exc, words):
+    """A local planner that cannot run (Fast Downward missing, the worker pool broken) is the
+    endpoint's fault, not the request's: 503 with a sentence; any other error is not dressed up as one."""
+    py = _served_with(_BrokenPlanner(make_exc()))
+    with pytest.raises(MlflowException) as e:
+        py.predict(None, {"task": ["Put a on b."]})
+    assert e.value.get_http_status_code() == 503, e.value.message
+    assert words in e.value.message and "the request was fine" in e.value.message
+    with pytest.raises(KeyError):  # a bug stays a bug (MLflow's 500), not an outage
+        _served_with(_BrokenPlanner(KeyError("x"))).predict(None, {"task": ["Put a on b."]})

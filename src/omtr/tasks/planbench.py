@@ -20,6 +20,7 @@ import logging
 import re
 from pathlib import Path
 
+from omtr.jsonl import JsonlError, read_jsonl
 from omtr.spec.plan import read_plan
 from omtr.tasks.generators import STATEMENT_SEP, join_facts
 from omtr.tasks.records import ReferenceSpec, Task
@@ -120,10 +121,14 @@ def _gold_plans(root: Path, name: str) -> dict[int, list[str]]:
     path = root / "plan_generation" / f"{name}.jsonl"
     out: dict[int, list[str]] = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                out[int(row["instance_id"])] = list(row["gold_plan"])
+        try:
+            for n, row in read_jsonl(path, what="PlanBench plan file"):
+                try:
+                    out[int(row["instance_id"])] = list(row["gold_plan"])
+                except (KeyError, TypeError, ValueError):
+                    raise PlanBenchError(f'{path}:{n}: expected {{"instance_id": N, "gold_plan": [...]}}') from None
+        except JsonlError as exc:
+            raise PlanBenchError(str(exc)) from None
         return out
     prompts = root / "prompts" / name / "task_1_plan_generation.json"
     if prompts.exists():
