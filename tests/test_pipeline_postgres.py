@@ -89,10 +89,15 @@ def test_main_against_a_postgres_backed_server(tracking_server, tmp_path):
     client = mlflow.MlflowClient(tracking_uri=tracking_server, registry_uri=tracking_server)
     parent = client.get_run(summary["parent_run_id"])
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "validate", "register", "promote"}
+    assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "evaluate-baseline",
+                                                             "validate", "register", "promote"}
     assert parent.info.artifact_uri.startswith("mlflow-artifacts:")  # served by the server, not a local path
     ev = summary["evaluate"]["run_id"]
     assert "report.html" in {f.path for f in client.list_artifacts(ev)}
-    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
+    # version 1 carries the untrained model's metrics, read from the server; micro does not beat them
+    v1 = client.get_model_version(NAME, "1")
+    assert v1.tags["omtr.baseline_run_id"] == summary["evaluate-baseline"]["run_id"] and "baseline.faithful" in v1.tags
+    assert not summary["promote"]["promoted"] and "does not beat the untrained model's" in summary["promote"]["reason"]
+    assert str(client.get_model_version_by_alias(NAME, "challenger").version) == "1"
     # nothing was written to a local store: the runs live in PostgreSQL
     assert not (tmp_path / "mlruns.db").exists()
