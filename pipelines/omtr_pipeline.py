@@ -24,6 +24,10 @@ caching where outputs are a function of the inputs (tasks, training, evaluation,
 never for registry and cluster changes; requests and limits sized to the work; and time-outs
 twice over: inside the component (a wall clock on the `omtr` child process, which every backend
 honours) and on the pod (``activeDeadlineSeconds`` via kfp-kubernetes, a little longer).
+
+Unlike the main job (``omtr pipeline``), there is no ``evaluate-baseline`` step: ``register`` adds
+versions without ``baseline.*`` tags, so ``promote`` judges them by the rule alone, not against the
+untrained model they started from.
 """
 
 import sys

@@ -126,9 +126,15 @@ def test_a_killed_main_job_on_a_postgres_backed_server_resumes_from_its_checkpoi
     summary = json.loads(r.stdout[r.stdout.index("{"): r.stdout.rindex("}") + 1])
     parent = client.get_run(summary["parent_run_id"])
     children = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "validate", "register", "promote"}
+    assert {c.data.tags["omtr.step"] for c in children} == {"prepare", "train", "evaluate", "evaluate-baseline", "validate",
+                                                                 "register", "promote"}
     assert parent.info.artifact_uri.startswith("mlflow-artifacts:")  # served by the server, not a local path
     assert "report.html" in {f.path for f in client.list_artifacts(summary["evaluate"]["run_id"])}
-    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
+    # the chain finished: version 1 registered with its baseline; micro does not beat the model it
+    # started from, so the gate leaves it a challenger
+    v1 = client.get_model_version(NAME, "1")
+    assert v1.tags.get("omtr.baseline_run_id") and "baseline.faithful" in v1.tags
+    assert "does not beat the untrained model's" in summary["promote"]["reason"]
+    assert str(client.get_model_version_by_alias(NAME, "challenger").version) == "1"
     # nothing was written to a local store: the runs live in PostgreSQL
     assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "mlruns").exists()

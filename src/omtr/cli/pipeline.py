@@ -1,4 +1,5 @@
-"""``omtr pipeline``: the main job (prepare -> train -> evaluate -> validate -> register -> promote),
+"""``omtr pipeline``: the main job (prepare -> train -> evaluate -> evaluate-baseline -> validate ->
+register -> promote),
 and ``omtr pipeline compile|submit`` for the Kubeflow pipeline (``pipelines/omtr_pipeline.py``)."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ Kubeflow Pipelines (the same steps as pods, plus deploy; see `omtr pipeline subm
 Every step is an `omtr` subcommand in a nested MLflow run under one parent run; steps hand their
 outputs over as run artifacts. A step whose inputs are identical to a finished one is skipped;
 a killed training step continues from its checkpoint (WORK/train-KEY) when run again.
+evaluate-baseline evaluates the untrained model (where training starts) on the same validation
+tasks; the version is registered with its metrics as baseline.* tags and promoted only if its
+faithful success is above them. Leave it out of --steps to register without a baseline.
 Tracking and registry: $MLFLOW_TRACKING_URI, else ./mlruns.db. Then:
   mlflow ui --backend-store-uri sqlite:///mlruns.db --workers 1
   MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT=600 mlflow models serve -m models:/omtr-role-model@champion --env-manager local --port 5001
@@ -51,8 +55,10 @@ def register(sub) -> None:
     p.add_argument("--name", default="omtr-role-model", help="registered model name")
     p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (default point)")
     p.add_argument("--serve-budget", type=int, default=6, metavar="K", help="planner calls per served task (default 6)")
-    p.add_argument("--steps", default=",".join(("prepare", "train", "evaluate", "validate", "register", "promote")),
-                   help="comma-separated steps to run, in pipeline order (default: all)")
+    p.add_argument("--steps", default=",".join(("prepare", "train", "evaluate", "evaluate-baseline", "validate",
+                                                "register", "promote")),
+                   help="comma-separated steps to run, in pipeline order (default: all; without evaluate-baseline "
+                        "the version is registered without baseline.* tags and promoted by the rule alone)")
     p.add_argument("--work", default=".omtr/pipeline", metavar="DIR", help="working folder (default .omtr/pipeline)")
     p.add_argument("--experiment", default="omtr-main", help="MLflow experiment (default omtr-main)")
     p.set_defaults(handler=run)
@@ -142,9 +148,12 @@ def run(args) -> int:
         print(f"omtr pipeline: {exc}\nfinished steps are kept: run the same command again to continue")
         return 1
     print(json.dumps(summary, indent=2))
-    ev, prom = summary.get("evaluate"), summary.get("promote")
+    ev, base, prom = summary.get("evaluate"), summary.get("evaluate-baseline"), summary.get("promote")
     if ev:
         print(f"validation: success {ev.get('success')}, faithful {ev.get('faithful')}, calls {ev.get('calls')}")
+    if base:
+        print(f"untrained model ({base.get('model')}): success {base.get('success')}, faithful {base.get('faithful')}, "
+              f"calls {base.get('calls')}")
     if prom:
         print(f"{cfg.name} version {prom.get('version')}: "
               + ("champion" if prom.get("promoted") else "challenger") + f" ({prom.get('reason')})")

@@ -8,10 +8,14 @@ EXAMPLES = """  omtr promote --name omtr-role-model --version 3            # cha
   omtr promote --name omtr-role-model --version 3 --rule ci  # only if better beyond the 95% interval
   omtr promote --name omtr-role-model --version 2 --force    # roll back / override the rule
 
+First the baseline gate: a version registered with baseline.* tags (the untrained model it was
+trained from, evaluated on the same validation tasks) is refused unless its faithful success is
+strictly above baseline.faithful; a version without them is judged by the rule alone.
 Rule `point`: higher faithful success on the validation split wins; ties go to higher solver
 success, then fewer average planner calls; a full tie keeps the champion. Rule `ci`: the lower
 end of the version's faithful-success bootstrap interval must be above the champion's value.
-Exit status: 0 promoted, 1 refused (the reason is printed), 2 usage or unknown version.
+--force overrides the gate and the rule. The decision, baseline included, is the version's
+omtr.promotion tag. Exit status: 0 promoted, 1 refused (the reason is printed), 2 usage or unknown version.
 """
 
 
@@ -28,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--name", default="omtr-role-model", help="registered model name (default omtr-role-model)")
     p.add_argument("--version", required=True, help="the version to promote")
     p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (default point)")
-    p.add_argument("--force", action="store_true", help="make it champion whatever the rule says")
+    p.add_argument("--force", action="store_true", help="make it champion whatever the baseline gate and the rule say")
     p.add_argument("--json", metavar="FILE", help="also write the decision as JSON here")
     p.add_argument("--experiment", default="omtr-promote", help="MLflow experiment of the decision's run")
     p.set_defaults(handler=run)
@@ -49,8 +53,11 @@ def run(args) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(d.to_dict(), fh, indent=2)
             fh.write("\n")
+    if d.baseline is None:
+        print(d.baseline_check)
     if d.promote:
-        print(f"{args.name} version {args.version} is now champion: {d.reason}")
+        print(f"{args.name} version {args.version} is now champion: {d.reason}"
+              + (f" ({d.baseline_check})" if d.baseline is not None and not d.reason.startswith("forced") else ""))
         return 0
     print(f"{args.name} version {args.version} not promoted: {d.reason}")
     return 1

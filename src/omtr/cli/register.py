@@ -8,9 +8,17 @@ EXAMPLES = """  omtr register --model-dir runs/demo/model --metrics eval/model/m
   omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json --train-run RUN_ID \\
       --eval-run RUN_ID --promote                          # then apply the promotion rule
   omtr register --model-dir runs/micro/model --name my-model --max-tasks 4 --json version.json
+  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \
+      --baseline-run RUN_ID                                # the untrained model's evaluation run
+  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \
+      --baseline-metrics eval/untrained/metrics.json       # or its metrics.json
 
 The new version gets the alias `challenger`, the evaluation's metrics as tags (metric.faithful,
-metric.success, metric.calls, intervals) and links to its training and evaluation runs.
+metric.success, metric.calls, intervals) and links to its training and evaluation runs. With a
+baseline (the model training started from, evaluated on the same validation tasks with the same
+budget, token limit and seed) it also gets baseline.* tags with the same names, and `omtr promote`
+refuses it unless its faithful success is above baseline.faithful; without one it is registered
+without baseline tags and promotion compares it with the champion only.
 Serve it: mlflow models serve -m models:/omtr-role-model@champion --env-manager local
 Registry: $MLFLOW_TRACKING_URI, else ./mlruns.db.
 """
@@ -30,6 +38,11 @@ def register(sub) -> None:
     p.add_argument("--metrics", metavar="metrics.json", help="omtr evaluate's metrics.json for this model")
     p.add_argument("--train-run", metavar="RUN_ID", help="the MLflow run that trained it")
     p.add_argument("--eval-run", metavar="RUN_ID", help="the MLflow run that evaluated it")
+    p.add_argument("--baseline-run", metavar="RUN_ID",
+                   help="the MLflow run that evaluated the untrained model (the one training started from) on "
+                        "the same validation tasks: its metrics.json becomes baseline.* tags")
+    p.add_argument("--baseline-metrics", metavar="metrics.json",
+                   help="the untrained model's metrics.json (instead of reading it from --baseline-run)")
     p.add_argument("--promote", action="store_true", help="apply the promotion rule after registering")
     p.add_argument("--rule", default="point", choices=("point", "ci"), help="promotion rule (with --promote)")
     p.add_argument("--max-tasks", type=int, default=8, metavar="N", help="tasks per serving request (default 8)")
@@ -53,20 +66,42 @@ def run(args) -> int:
             metrics = json.loads(Path(args.metrics).read_text())
         except (OSError, ValueError) as exc:
             raise CliError(f"--metrics {args.metrics}: cannot read ({exc})") from None
-    for flag in ("train_run", "eval_run"):  # `none` (the MLproject default) or empty: no link
+    for flag in ("train_run", "eval_run", "baseline_run", "baseline_metrics"):  # `none` (MLproject's default): absent
         if (getattr(args, flag) or "").strip("'\"").lower() in ("", "none"):
             setattr(args, flag, None)
     from omtr.tracking.pyfunc import ServingLimits
-    from omtr.tracking.registry import PromotionError, promote, register
+    from omtr.tracking.registry import PromotionError, baseline_from_run, promote, register
+
+    baseline = None
+    if args.baseline_metrics:
+        try:
+            baseline = json.loads(Path(args.baseline_metrics).read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--baseline-metrics {args.baseline_metrics}: cannot read ({exc})") from None
+    elif args.baseline_run:
+        try:
+            baseline = baseline_from_run(args.baseline_run)
+        except PromotionError as exc:
+            raise CliError(f"--baseline-run: {exc}") from None
 
     try:
         limits = ServingLimits(max_tasks=args.max_tasks, max_task_chars=args.max_task_chars, budget=args.budget,
                                max_new_tokens=args.max_new_tokens, time_limit_s=args.time_limit)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    out = register(args.model_dir, name=args.name, metrics=metrics, train_run_id=args.train_run,
-                   eval_run_id=args.eval_run, limits=limits)
+    try:
+        out = register(args.model_dir, name=args.name, metrics=metrics, train_run_id=args.train_run,
+                       eval_run_id=args.eval_run, limits=limits, baseline=baseline, baseline_run_id=args.baseline_run)
+    except PromotionError as exc:
+        raise CliError(str(exc)) from None
     print(f"registered {out['name']} version {out['version']} (alias challenger) from run {out['run_id']}")
+    if out["baseline"]:
+        b = out["baseline"]
+        print(f"baseline (the untrained model): faithful {b.get('faithful')}, success {b.get('success')}, "
+              f"calls {b.get('calls')} as baseline.* tags")
+    else:
+        print("no baseline given (--baseline-run/--baseline-metrics): registered without baseline.* tags; "
+              "promotion will not compare it with the model training started from")
     if args.promote:
         try:
             d = promote(args.name, out["version"], rule=args.rule)

@@ -1,4 +1,5 @@
-"""The main job: prepare -> train -> evaluate -> validate -> register -> promote, as nested MLflow runs.
+"""The main job: prepare -> train -> evaluate -> evaluate-baseline -> validate -> register -> promote,
+as nested MLflow runs.
 
 Each step is one ``omtr`` subcommand run as a subprocess inside its own nested run (the subcommand
 joins that run through ``MLFLOW_RUN_ID``). Steps hand over their outputs as MLflow run artifacts:
@@ -13,6 +14,14 @@ reused (``omtr.reuse_reason``). A finished run with the same parameters but othe
 reused, and the log says so. Training works in ``WORK/train-KEY``; a killed
 training step leaves its checkpoints there and an unfinished run with its key, which the next
 ``omtr pipeline`` reopens and continues with ``omtr train --resume``.
+
+``evaluate-baseline`` evaluates the model training starts from (the untrained one: the training
+profile's model or ``--model``, with the decoding training gives it) on the same validation tasks
+with the same budget, token limit, bootstrap and seed as ``evaluate``. Its key holds the tasks, that
+model and those settings, not the training step's, so runs that train differently from the same
+start reuse it. ``register`` writes its metrics as ``baseline.*`` tags, and ``promote`` refuses a
+version whose faithful success is not above them. Leave it out of ``steps`` to register without a
+baseline.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from pathlib import Path
 
 log = logging.getLogger("omtr.pipeline")
 
-STEPS = ("prepare", "train", "evaluate", "validate", "register", "promote")
+STEPS = ("prepare", "train", "evaluate", "evaluate-baseline", "validate", "register", "promote")
 KEY_TAG, DONE_TAG, STEP_TAG, REUSED_TAG = "omtr.step_key", "omtr.step_done", "omtr.step", "omtr.reused_run"
 PARAMS_KEY_TAG, SOURCE_TAG, REASON_TAG = "omtr.params_key", "omtr.source", "omtr.reuse_reason"
 
@@ -76,6 +85,39 @@ def for_profile(cfg: PipelineConfig) -> PipelineConfig:
     base = PipelineConfig()
     over = {k: v for k, v in PROFILE_DEFAULTS.get(cfg.profile, {}).items() if getattr(cfg, k) == getattr(base, k)}
     return replace(cfg, **over)
+
+
+def start_point(cfg: PipelineConfig) -> tuple[str, str]:
+    """The model training starts from and the decoding constraint training gives it ("": the
+    model's own), resolved as ``omtr train --profile P [--model M] --set ...`` resolves them: the
+    untrained model the ``evaluate-baseline`` step evaluates."""
+    from omtr.config import ConfigError
+    from omtr.rl.config import train_profile
+
+    try:
+        t = train_profile(cfg.profile).with_overrides(list(cfg.train_set))
+    except ConfigError as exc:
+        raise StepFailed(f"the training settings do not resolve: {exc}") from None
+    model = cfg.model or t.model
+    if t.decoding is not None:
+        decoding = t.decoding
+    elif t.grammar is False:
+        decoding = "off"
+    elif t.grammar is True:  # the grammar turned on: the model's own constraint, scoped by default
+        from omtr.config import MODEL_PROFILES
+
+        decoding = MODEL_PROFILES[model].decoding if model in MODEL_PROFILES else "scoped"
+    else:
+        decoding = ""
+    return model, decoding
+
+
+def baseline_params(cfg: PipelineConfig, prepare_key: str) -> dict:
+    """What the ``evaluate-baseline`` step's key holds: the tasks, the start model and its decoding,
+    and ``evaluate``'s settings; no training setting other than those two."""
+    model, decoding = start_point(cfg)
+    return {"prepare_key": prepare_key, "model": model, "decoding": decoding, "budget": cfg.eval_budget,
+            "max_new_tokens": cfg.eval_max_new_tokens, "bootstrap": cfg.bootstrap, "seed": cfg.seed}
 
 
 def _key(step: str, params: dict, source: dict | None = None) -> str:
@@ -255,6 +297,25 @@ class Pipeline:
 
         return self._step("evaluate", params, body)
 
+    def evaluate_baseline(self, prep: StepResult) -> StepResult:
+        """The untrained model (where training starts) on the validation split, as ``evaluate``."""
+        c = self.cfg
+        params = baseline_params(c, prep.key)
+        model, decoding = params["model"], params["decoding"]
+
+        def body(run_id, key):
+            tasks = self._download(prep.run_id, "tasks/val.jsonl")
+            out = self.work / f"evaluate-baseline-{key}"
+            self._omtr(["evaluate", "--policy", "model", "--model", model, "--tasks", str(tasks), "--out", str(out),
+                        "--budget", str(c.eval_budget), "--max-new-tokens", str(c.eval_max_new_tokens),
+                        "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track",
+                        *(["--decoding", decoding] if decoding else [])], run_id)
+            m = json.loads((out / "metrics.json").read_text())
+            return {**{k: m.get(k) for k in ("success", "faithful", "drift", "calls", "tasks")},
+                    "model": model, "decoding": decoding}
+
+        return self._step("evaluate-baseline", params, body)
+
     def validate(self, train: StepResult, ev: StepResult) -> StepResult:
         params = {"train_key": train.key, "evaluate_key": ev.key}
 
@@ -280,22 +341,45 @@ class Pipeline:
 
         return self._step("validate", params, body)
 
-    def register(self, train: StepResult, ev: StepResult, val: StepResult) -> StepResult:
+    def register(self, train: StepResult, ev: StepResult, val: StepResult,
+                 base: StepResult | None = None) -> StepResult:
         c = self.cfg
         params = {"train_key": train.key, "evaluate_key": ev.key, "validate_key": val.key, "name": c.name,
-                  "serve_budget": c.serve_budget, "max_new_tokens": c.eval_max_new_tokens}
+                  "serve_budget": c.serve_budget, "max_new_tokens": c.eval_max_new_tokens,
+                  "baseline_key": base.key if base else ""}
 
         def body(run_id, key):
             model = self._download(train.run_id, "model")
             metrics = self._download(ev.run_id, "metrics.json")
             out = self.work / f"register-{key}.json"
-            self._omtr(["register", "--model-dir", str(model), "--name", c.name, "--metrics", str(metrics),
-                        "--train-run", train.run_id, "--eval-run", ev.run_id, "--budget", str(c.serve_budget),
-                        "--max-new-tokens", str(c.eval_max_new_tokens), "--json", str(out)], run_id)
+            args = ["register", "--model-dir", str(model), "--name", c.name, "--metrics", str(metrics),
+                    "--train-run", train.run_id, "--eval-run", ev.run_id, "--budget", str(c.serve_budget),
+                    "--max-new-tokens", str(c.eval_max_new_tokens), "--json", str(out)]
+            if base is not None:
+                self._check_start(train, base)
+                args += ["--baseline-run", base.run_id,
+                         "--baseline-metrics", str(self._download(base.run_id, "metrics.json"))]
+            else:
+                self._say("[register] no evaluate-baseline step: registering without baseline.* tags "
+                          "(promotion will not compare the version with its untrained model)")
+            self._omtr(args, run_id)
             r = json.loads(out.read_text())
-            return {"name": r["name"], "version": r["version"], "model_uri": r["model_uri"]}
+            return {"name": r["name"], "version": r["version"], "model_uri": r["model_uri"],
+                    "baseline": bool(r.get("baseline"))}
 
         return self._step("register", params, body)
+
+    def _check_start(self, train: StepResult, base: StepResult) -> None:
+        """The baseline must be the model the training run started from (its config.json's ``model``)."""
+        try:
+            saved = json.loads(self._download(train.run_id, "config.json").read_text())
+        except Exception:  # a training run without config.json: nothing to check against
+            self._say(f"[register] training run {train.run_id} has no config.json: the baseline's model "
+                      f"({base.info.get('model')}) is not checked against it")
+            return
+        if base.info.get("model") and saved.get("model") != base.info["model"]:
+            raise StepFailed(f"the baseline evaluated {base.info['model']!r} but training run {train.run_id} "
+                             f"started from {saved.get('model')!r}")
 
     def promote(self, reg: StepResult) -> StepResult:
         c = self.cfg
@@ -322,22 +406,28 @@ class Pipeline:
                                for k, v in asdict(self.cfg).items()})
             mlflow.set_tag("omtr.pipeline", "main")
             prep = self.prepare()
+            want_base = "evaluate-baseline" in self.steps
+            base = None
             if "train" in self.steps:
                 tr = self.train(prep)
                 if "evaluate" in self.steps:
                     ev = self.evaluate(prep, tr)
+                    base = self.evaluate_baseline(prep) if want_base else None
                     va = self.validate(tr, ev) if "validate" in self.steps else None
                     if va and "register" in self.steps:
-                        reg = self.register(tr, ev, va)
+                        reg = self.register(tr, ev, va, base)
                         if "promote" in self.steps:
                             self.promote(reg)
+            if want_base and base is None:  # the untrained model alone (no training in this run)
+                self.evaluate_baseline(prep)
             summary = {s: {"run_id": r.run_id, "skipped": r.skipped, **r.info} for s, r in self.results.items()}
             mlflow.log_dict(summary, "pipeline.json")
             for s, r in self.results.items():
                 mlflow.set_tag(f"step.{s}.run_id", r.run_id)
-            if "evaluate" in self.results:
-                mlflow.log_metrics({k: float(v) for k, v in self.results["evaluate"].info.items()
-                                    if isinstance(v, (int, float)) and v is not None})
+            for step, prefix in (("evaluate", ""), ("evaluate-baseline", "baseline.")):
+                if step in self.results:
+                    mlflow.log_metrics({prefix + k: float(v) for k, v in self.results[step].info.items()
+                                        if isinstance(v, (int, float)) and not isinstance(v, bool)})
             summary["parent_run_id"] = parent.info.run_id
         return summary
 
