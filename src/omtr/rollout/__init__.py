@@ -11,7 +11,7 @@ constraint, exactly as :meth:`omtr.model.roles.RoleModel.generate` does (it *is*
     A CPU engine (:mod:`omtr.rollout.fast`): adapters and role vectors merged into a copy of the
     weights, int8 linears, its own shared-prefix KV cache and decoder loop, the same grammar
     masks (:class:`omtr.model.grammar.GrammarState`). Not exact (int8): PPO recomputes the
-    "old" log-probabilities with the policy on the sampled tokens (see :mod:`omtr.rl.trainer`).
+    "old" log-probabilities with the policy on the sampled tokens (see :mod:`omtr.rl.update`).
 
 Every engine has:
 

@@ -260,7 +260,7 @@ class Pipeline:
         def body(run_id, key):
             tasks = self._download(prep.run_id, "tasks/train.jsonl")
             out = self.work / f"train-{key}"
-            if (out / "checkpoints" / "latest").is_file():  # omtr.rl.trainer.LATEST: a complete checkpoint
+            if (out / "checkpoints" / "latest").is_file():  # omtr.rl.checkpoint.LATEST: a complete checkpoint
                 args = ["train", "--tasks", str(tasks), "--out", str(out), "--resume"]
                 self._say(f"[train] resuming from the checkpoint in {out}")
             else:

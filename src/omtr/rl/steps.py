@@ -1,0 +1,145 @@
+"""The batch's records: rollouts turned into rewarded steps, and dynamic sampling's group selection.
+
+**Where the rewards are computed** (:func:`rewarded_items`): an outcome score (``binary`` or
+``shaped``, :mod:`omtr.rl.rewards`) of each verdict; ``R_A = b0 + 0.3 s_J`` for the Actor's step
+(``s_J`` only while the Judge gate is open); ``R_E = b_T - 0.1 T`` on the Editor's last step (0 on
+its earlier ones). A verdict decided by a limit scores 0 (``limited_reward=zero``, the paper's b = 0)
+or gets no reward (``skip``: logged, not trained on). The Actor's verdicts that no limit decided
+become the Judge's labelled items.
+
+A :class:`StepItem` carries one generated step through the rest of the update (old and reference
+log-probabilities, value, advantage); :func:`select_groups` is dynamic sampling's choice of the
+groups (a task's samples) whose returns differ, the only ones trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from omtr.inference import prompts as P
+from omtr.inference.episode import Episode
+from omtr.rl.config import TrainConfig
+from omtr.rl.recipe import groups_with_signal
+from omtr.rl.rewards import actor_reward, editor_reward, outcome
+
+GEN_ROLES = ("actor", "editor")
+
+
+# ---------------------------------------------------------------------------------------- records
+
+@dataclass
+class StepItem:
+    """One generated step, with everything the update needs."""
+
+    ep: int  # episode number within the cycle
+    group: tuple  # (update, task position): the samples of one task
+    role: str
+    step: int
+    prompt: list
+    tokens: list[int]
+    old_logprobs: list[float]
+    outcome: str
+    limited: bool
+    judge_score: float | None
+    reward: float | None = None
+    advantage: float | None = None
+    ret: float | None = None
+    value: float | None = None
+    ref_logprobs: list[float] | None = None
+    domain: str | None = None  # the task's given domain (domain-given mode): the masks replay with it
+    skip: bool = False  # dynamic sampling: its group carries no signal (rewarded and logged, not trained on)
+    feature: torch.Tensor | None = field(default=None, repr=False)
+
+
+@dataclass
+class JudgeItem:
+    prompt: list
+    label: bool
+    index: int = 0  # position among the batch's Judge items (all ranks), for the minibatch split
+
+
+# ---------------------------------------------------------------------------------------- rewards
+
+def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score: Callable, update: int, *,
+                   judge_term: bool | None = None) -> tuple[list[StepItem], list[JudgeItem]]:
+    """The episodes' steps with their rewards (``R_A`` with ``s_J`` when ``judge_term``, default
+    ``use_judge``), numbered from ``first``, grouped by (``update``, task position); and the Judge's
+    labelled Actor specs. ``score`` is the outcome score. A verdict decided by a limit scores 0
+    (``limited_reward=zero``, the paper) or nothing (``skip``)."""
+    if judge_term is None:
+        judge_term = cfg.use_judge
+    steps = [(n, s) for n, ep in enumerate(episodes) for s in ep.steps]
+    scores = score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
+                   token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
+                   task_ids=[episodes[n].task.id for n, _ in steps])
+    if cfg.limited_reward == "zero":
+        scores = [0.0 if sc is None and s.verdict.limited else sc for (_, s), sc in zip(steps, scores)]
+    score_of = {(n, s.index): sc for (n, s), sc in zip(steps, scores)}
+    items: list[StepItem] = []
+    judge_items: list[JudgeItem] = []
+    for n, ep in enumerate(episodes):
+        group = (update, (first + n) // cfg.samples_per_task)
+        prev = None
+        T = len(ep.steps) - 1
+        r_e = editor_reward(score_of[(n, T)], T, cfg.editor_step_penalty) if T > 0 else None
+        given = ep.mode == "domain-given"
+        for s in ep.steps:
+            if s.role == "actor":
+                prompt = P.actor_messages(ep.task)
+                reward = actor_reward(score_of[(n, 0)], s.judge_score if judge_term else None,
+                                      cfg.judge_reward_weight)
+                if cfg.use_judge and not s.verdict.limited:
+                    judge_items.append(JudgeItem(
+                        P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)),
+                        s.verdict.success))
+            else:
+                spec = P.spec_text(prev.domain, prev.problem, prev.text, given=given)
+                cat = prev.verdict.category.value if prev.verdict.category else None
+                prompt = P.editor_messages(ep.task, spec, cat, prev.verdict.message)
+                reward = None if r_e is None else (r_e if s.index == T else 0.0)
+            items.append(StepItem(ep=first + n, group=group, role=s.role, step=s.index, prompt=prompt,
+                                  tokens=list(s.token_ids), old_logprobs=list(s.logprobs),
+                                  domain=ep.task.domain,
+                                  outcome=outcome(s.verdict), limited=s.verdict.limited,
+                                  judge_score=s.judge_score, reward=reward))
+            prev = s
+    return items, judge_items
+
+
+# ---------------------------------------------------------------------------------------- dynamic sampling
+
+def select_groups(items: list[StepItem], want: int) -> set:
+    """Up to ``want`` groups (in rollout order) whose samples' returns differ for some role."""
+    returns: dict[tuple, float] = {}
+    for it in items:
+        if it.reward is not None and it.tokens:
+            returns[(it.role, it.group, it.ep)] = returns.get((it.role, it.group, it.ep), 0.0) + it.reward
+    signal = groups_with_signal(((role, g), ret) for (role, g, _), ret in returns.items())
+    groups = list(dict.fromkeys(it.group for it in items))
+    return set([g for g in groups if any((role, g) in signal for role in GEN_ROLES)][:max(0, want)])
+
+
+# ---------------------------------------------------------------------------------------- batch helpers
+
+def _domains(chunk: list[StepItem]) -> dict:
+    """``domains=`` for token log-probs when a step of the chunk had a given domain: the masks
+    (problem-only grammar, scoped to the domain) replay as they were sampled."""
+    if all(it.domain is None for it in chunk):
+        return {}
+    return {"domains": [it.domain for it in chunk]}
+
+
+def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros((len(rows), length), dtype=like.dtype, device=like.device)
+    for b, r in enumerate(rows):
+        if r:
+            out[b, :len(r)] = torch.tensor(r[:length], dtype=like.dtype)
+    return out
+
+
+def _chunks(xs: list, n: int):
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+

@@ -1,0 +1,253 @@
+"""The optimisation of one update, on the batch's rewarded steps (:mod:`omtr.rl.steps`).
+
+In the order the driver (:mod:`omtr.rl.trainer`) calls them:
+
+1. **Old log-probabilities** (:meth:`UpdateMixin._recompute_old`): when a non-exact rollout engine
+   sampled the tokens, the policy's own log-probabilities on them (same masks) enter the PPO ratio
+   as "old" (verl's recompute); their gap to the engine's is logged as ``engine_kl``.
+2. **Reference pass** (:meth:`UpdateMixin._reference_pass`): the reference policy's
+   log-probabilities of every sampled token (the KL term), and the prompt's last hidden state
+   (:func:`_capture_hidden`), which the value head reads.
+3. **Advantages** (:meth:`UpdateMixin._advantages`) by the estimator the config names (``gae`` or
+   ``group``, :mod:`omtr.rl.advantages`), whitened per role over the whole batch when asked.
+4. **Update** (:meth:`UpdateMixin._update`): ``L = L_PPO^A + 0.5 L_PPO^E + 0.3 L_J`` (+ the value
+   head's error), minibatches and epochs, one optimizer step per minibatch through the backend
+   (:mod:`omtr.rl.engine`). :meth:`UpdateMixin.judge_step` is one step of ``L_J`` alone on fixed
+   labelled data.
+
+With several ranks, whitening, loss normalisers and metrics are computed over the whole batch, and
+the step applies the batch's gradient.
+
+The methods live on :class:`UpdateMixin`, a base of :class:`omtr.rl.trainer.Trainer`; they read its
+``cfg``, ``coll``, ``models``, ``distinct``, ``engines``, ``estimator``, ``value_head`` and
+``backend``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from omtr.rl import losses as L
+from omtr.rl.advantages import Trajectory
+from omtr.rl.distributed import merge_weighted_means
+from omtr.rl.distributed import whiten as whiten_over_ranks
+from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, _chunks, _domains, _pad
+
+
+class UpdateMixin:
+    """The trainer's optimisation: old and reference log-probabilities, advantages, the PPO/Judge step."""
+
+    # ------------------------------------------------------------------ PPO's old log-probs
+    @torch.no_grad()
+    def _recompute_old(self, items: list[StepItem]) -> float | None:
+        """A non-exact engine sampled the tokens: the log-probabilities that enter the PPO ratio as
+        "old" are the policy's own on those tokens, under the same masks (verl's recompute). Returns
+        the mean over tokens of ``log p_engine - log p_policy``, an estimate of KL(engine || policy)
+        on the rollout's tokens (the engine's samples); None when there are no tokens."""
+        diff, n = 0.0, 0
+        for role in GEN_ROLES:
+            todo = [it for it in items if it.role == role and it.tokens and not it.skip]
+            model = self.models[role]
+            model.eval()
+            for chunk in _chunks(todo, self.cfg.micro_batch_size):
+                lp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                                temperature=self.cfg.temperature, **_domains(chunk))
+                for b, it in enumerate(chunk):
+                    k = len(it.tokens)
+                    new = lp[b, :k].tolist()
+                    diff += sum(e - p for e, p in zip(it.old_logprobs, new))
+                    n += k
+                    it.old_logprobs = new
+        if self.coll.active:
+            diff, n = self.coll.sum([diff, n])
+        return diff / n if n else None
+
+    # ------------------------------------------------------------------ reference pass / values
+    @torch.no_grad()
+    def _reference_pass(self, items: list[StepItem]) -> None:
+        need_values = self.cfg.advantage == "gae"
+        if self.cfg.kl_coef <= 0 and not need_values:
+            return
+        for role in GEN_ROLES:
+            todo = [it for it in items if it.role == role and it.reward is not None and it.tokens and not it.skip]
+            model = self.models[role]
+            for chunk in _chunks(todo, self.cfg.micro_batch_size):
+                with _capture_hidden(model) as cap, model.reference():
+                    ref, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                                     temperature=self.cfg.temperature, **_domains(chunk))
+                hidden = cap["hidden"]
+                for b, it in enumerate(chunk):
+                    n = len(it.tokens)
+                    it.ref_logprobs = ref[b, :n].tolist()
+                    it.feature = hidden[b, -(n + 1)].float().detach().clone()
+                    if need_values:
+                        it.value = float(self.value_head(it.feature.to(self.value_head.weight.dtype))[GEN_ROLES.index(role)])
+
+    def _advantages(self, items: list[StepItem]) -> None:
+        cfg = self.cfg
+        trajs, members = [], []
+        by_ep: dict[tuple, list[StepItem]] = {}
+        for it in items:
+            if it.reward is not None and it.tokens and not it.skip:
+                by_ep.setdefault((it.ep, it.role), []).append(it)
+        for (_, role), its in by_ep.items():
+            its.sort(key=lambda i: i.step)
+            values = [i.value if i.value is not None else 0.0 for i in its] if cfg.advantage == "gae" else None
+            trajs.append(Trajectory(its[0].group, role, [i.reward for i in its], values))
+            members.append(its)
+        if trajs:  # the groups of `group` are whole on every rank (shares are whole tasks)
+            advs, rets = self.estimator(trajs, cfg.editor_gamma, cfg.gae_lambda, cfg.group_scale)
+            for its, a, r in zip(members, advs, rets):
+                for i, ai, ri in zip(its, a, r):
+                    i.advantage, i.ret = ai, ri
+        if cfg.whiten_advantages:
+            for role in GEN_ROLES:  # over the whole batch: every rank takes part, with or without items
+                its = [i for i in items if i.role == role and i.advantage is not None]
+                values = [i.advantage for i in its]
+                white = whiten_over_ranks(values, self.coll) if self.coll.active else L.whiten(values)
+                for i, w in zip(its, white):
+                    i.advantage = w
+
+    # ------------------------------------------------------------------ the update
+    def _update(self, items: list[StepItem], judge_items: list[JudgeItem]) -> dict:
+        """The batch's optimizer steps. Every loss term is a mean over the batch's items of one kind
+        (on all ranks): a micro-batch's loss is weighted by its share of that batch-wide count, and
+        the backend sums the ranks' gradients, so the step's gradient is the whole batch's."""
+        cfg = self.cfg
+        coll = self.coll
+        for m in self.distinct:
+            m.train()
+        train = [it for it in items if it.advantage is not None and it.tokens]
+        stats: dict[str, list[float]] = {}
+
+        def add(key, value, n=1):
+            stats.setdefault(key, []).extend([float(value)] * n)
+
+        local_eps = {it.ep for it in train} | {j.index for j in judge_items}
+        n_eps = len(set().union(*coll.gather(local_eps))) if coll.active else len(local_eps)
+        parts = max(1, min(cfg.minibatches, n_eps or 1))
+        tokens_done = 0
+        judge_scores: list[float] = []
+        for _epoch in range(cfg.ppo_epochs):
+            for part in range(parts):
+                part_items = [it for it in train if (it.ep % parts) == part]
+                part_judge = [j for j in judge_items if j.index % parts == part] if cfg.use_judge else []
+                vals = ([it for it in part_items if it.feature is not None and it.ret is not None]
+                        if cfg.advantage == "gae" else [])
+                local = [sum(it.role == "actor" for it in part_items), sum(it.role == "editor" for it in part_items),
+                         len(part_judge), len(vals)]
+                n_actor, n_editor, n_judge, n_vals = coll.sum(local) if coll.active else local
+                counts = {"actor": n_actor, "editor": n_editor}
+                jobs = []
+                for role, weight in (("actor", cfg.actor_weight), ("editor", cfg.editor_weight)):
+                    its = [it for it in part_items if it.role == role]
+                    jobs += [("ppo", role, weight * len(c) / counts[role], c) for c in _chunks(its, cfg.micro_batch_size)]
+                jobs += [("judge", "judge", cfg.judge_weight * len(c) / n_judge, c)
+                         for c in _chunks(part_judge, cfg.micro_batch_size)]
+                if vals:
+                    jobs.append(("value", "value", cfg.value_weight * len(vals) / n_vals, vals))
+                if not (n_actor or n_editor or n_judge or n_vals):
+                    continue  # no rank has anything to learn from in this part
+                self.backend.zero_grad()
+                for j, (kind, role, weight, chunk) in enumerate(jobs):
+                    last = j == len(jobs) - 1
+                    if kind == "ppo":
+                        loss, st = self._ppo_loss(role, chunk)
+                        tokens_done += st.pop("tokens")
+                        for k, v in st.items():
+                            add(k, v, len(chunk))
+                    elif kind == "judge":
+                        s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
+                        tokens_done += sum(len(x) for x in self.models["judge"].encode_prompts([ji.prompt for ji in chunk]))
+                        labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
+                        loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
+                        judge_scores += s.detach().float().tolist()
+                        add("judge_loss", loss.item(), len(chunk))
+                        add("judge_bce", bce.item(), len(chunk))
+                        add("judge_band", band.item(), len(chunk))
+                    else:
+                        feats = torch.stack([it.feature for it in chunk]).to(self.value_head.weight.dtype)
+                        idx = torch.tensor([GEN_ROLES.index(it.role) for it in chunk], device=feats.device)
+                        v = self.value_head(feats).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+                        target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
+                        loss = ((v - target) ** 2).mean()
+                        add("value_loss", loss.item(), len(chunk))
+                    self.backend.backward(loss * weight, last=last)
+                add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
+                self._forget_prefixes()
+        if coll.active:
+            out = merge_weighted_means(stats, coll)
+            out["update_tokens"] = coll.sum([tokens_done])[0]
+        else:
+            out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+            out["update_tokens"] = tokens_done
+        return out
+
+    def _forget_prefixes(self) -> None:
+        """Stored prompt prefixes are stale after a step (DeepSpeed may update parameters in
+        ways their version counters do not see)."""
+        for m in {id(m): m for m in self.models.values()}.values():
+            getattr(m, "forget_prefixes", lambda: None)()
+        for e in getattr(self, "engines", {}).values():
+            e.mark_stale()  # the engine takes the new weights before the next rollout
+
+    def _ppo_loss(self, role: str, chunk: list[StepItem]) -> tuple[torch.Tensor, dict]:
+        cfg = self.cfg
+        model = self.models[role]
+        logp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                          temperature=cfg.temperature, **_domains(chunk))
+        old = _pad([it.old_logprobs for it in chunk], logp.shape[1], logp)
+        adv = torch.tensor([it.advantage for it in chunk], dtype=logp.dtype, device=logp.device)
+        pg, clip_frac = L.ppo_clip_loss(logp, old, adv, mask, cfg.ppo_clip)
+        loss = pg
+        st = {f"{role}_pg_loss": pg.item(), f"{role}_clip_frac": clip_frac.item(),
+              f"{role}_entropy": -L.seq_mean(logp.detach(), mask).item()}
+        if all(it.ref_logprobs is not None for it in chunk):
+            ref = _pad([it.ref_logprobs for it in chunk], logp.shape[1], logp)
+            kl = L.seq_mean(L.kl_k3(logp, ref), mask)
+            st[f"{role}_kl"] = kl.item()
+            if cfg.kl_coef > 0:
+                loss = loss + cfg.kl_coef * kl
+        prompt_tokens = sum(len(p) for p in model.encode_prompts([it.prompt for it in chunk]))
+        st["tokens"] = prompt_tokens + int(mask.sum())
+        return loss, st
+
+    # ------------------------------------------------------------------ the Judge on labelled data
+    def judge_step(self, prompts: list, labels: list[bool]) -> float:
+        """One optimizer step of L_J alone on fixed labelled data; returns the loss before the step."""
+        self.backend.zero_grad()
+        m = self.models["judge"]
+        m.train()
+        s = m.judge_scores(prompts)
+        loss, _, _ = L.judge_loss(s, torch.tensor([float(b) for b in labels]), self.cfg.band_weight)
+        self.backend.backward(loss, last=True)
+        self.backend.step()
+        self._forget_prefixes()
+        return float(loss)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+@contextlib.contextmanager
+def _capture_hidden(model):
+    """Capture the decoder's last hidden states of the next forward pass (policy or reference)."""
+    cap: dict = {}
+    hooks = []
+    for lm in (model.base_model, getattr(model, "_reference_lm", None)):
+        if lm is None:
+            continue
+        decoder = getattr(lm, lm.base_model_prefix)
+
+        def hook(mod, args, out):
+            cap["hidden"] = out[0] if isinstance(out, tuple) else out.last_hidden_state
+
+        hooks.append(decoder.register_forward_hook(hook))
+    try:
+        yield cap
+    finally:
+        for h in hooks:
+            h.remove()
+
+
