@@ -4,6 +4,7 @@ real two-rank run of the micro profile through a DeepSpeed ZeRO-2 engine on CPU,
 
 import importlib.util
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -141,8 +142,12 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
         g = rec(phase)
         assert g[0]["items"] > 0 and g[1]["items"] > 0 and g[0]["items"] + g[1]["items"] == len(items)
         assert g[0]["after"] == g[1]["after"], f"{phase}: parameters differ across ranks after the step"
+        # torch clips (and reports) the policy's gradient apart from the value head's; DeepSpeed's
+        # one global norm covers both
+        want = dict(one, grad_norm=math.hypot(one["grad_norm"], one.get("value_grad_norm", 0.0))) \
+            if phase == "grad" else one
         for k in ("grad_norm", "actor_pg_loss", "editor_pg_loss", "judge_loss", "value_loss", "actor_entropy"):
-            assert g[0]["stats"][k] == pytest.approx(one[k], rel=2e-4, abs=1e-6), (phase, k)
+            assert g[0]["stats"][k] == pytest.approx(want[k], rel=2e-4, abs=1e-6), (phase, k)
             assert g[1]["stats"][k] == g[0]["stats"][k], (phase, k)
         assert g[0]["stats"]["update_tokens"] == one["update_tokens"]
 

@@ -93,6 +93,34 @@ def test_content_keys_and_profiles():
     assert for_profile(PipelineConfig(profile="paper")).eval_budget == 6
     with pytest.raises(ValueError, match="unknown promotion rule"):
         PipelineConfig(rule="best")
+    # the task mode: small gives the family's domain, micro and paper ask for domain and problem
+    assert PipelineConfig().mode == "given" and micro.mode == "full"
+    assert for_profile(PipelineConfig(profile="paper")).mode == "full"
+    with pytest.raises(ValueError, match="unknown task mode"):
+        PipelineConfig(mode="half")
+
+
+def test_the_main_jobs_prepare_step_writes_tasks_in_its_mode(tmp_path, monkeypatch):
+    """`--mode given` generates tasks that carry the family's domain (the Actor writes problems);
+    `--mode full` tasks carry none; the mode is part of the step's key."""
+    import json
+
+    from omtr.tracking.pipeline import Pipeline
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    keys = {}
+    for mode in ("given", "full"):
+        cfg = PipelineConfig(profile="micro", mode=mode, n_train=1, n_val=1, min_objects=3, max_objects=4)
+        pipe = Pipeline(cfg, tmp_path / "work", experiment="mode-test", quiet=True, steps=("prepare",))
+        summary = pipe.run()
+        assert not summary["prepare"]["skipped"]  # the given-mode run is not reused for the full one
+        keys[mode] = summary["prepare"]["run_id"]
+    assert keys["given"] != keys["full"]
+    recs = {f.parent.name: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            for f in (tmp_path / "work").glob("prepare-*/train.jsonl")}
+    assert len(recs) == 2 and sorted(bool(r[0].get("domain")) for r in recs.values()) == [False, True]
 
 
 class _BrokenPlanner:

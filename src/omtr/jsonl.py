@@ -11,8 +11,10 @@ raise MyError(str(e))``) so a user sees the same sentence whatever file it is.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+from pathlib import PurePath
 from typing import Any, Iterator
 
 
@@ -21,9 +23,13 @@ class JsonlError(ValueError):
 
 
 def read_jsonl(path: str | os.PathLike, *, what: str = "file", objects: bool = True) -> Iterator[tuple[int, Any]]:
-    """(line number, decoded value) for each non-blank line of ``path``."""
+    """(line number, decoded value) for each non-blank line of ``path`` (a file path, or a
+    path-like object with ``read_bytes``, such as a file inside the shipped data archive)."""
     try:
-        fh = open(path, "rb")
+        if hasattr(path, "read_bytes") and not isinstance(path, PurePath):
+            fh = io.BytesIO(path.read_bytes())
+        else:
+            fh = open(path, "rb")
     except FileNotFoundError:
         raise JsonlError(f"{path}: no such {what}") from None
     except OSError as exc:

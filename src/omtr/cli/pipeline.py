@@ -8,6 +8,7 @@ from omtr.cli import CliError, add_command
 
 EXAMPLES = """  omtr pipeline                                   # small profile (SmolLM2, CPU): minutes on 2 cores
   omtr pipeline --profile micro                   # the tiny random model: the plumbing in a few minutes
+  omtr pipeline --mode full                       # SmolLM2 writes domain and problem (small's default: given)
   omtr pipeline --profile paper --model paper     # the paper's settings on GPUs
   omtr pipeline --rule ci                         # promote only when better beyond the 95% interval
   mlflow run . -e main --env-manager local        # the same, as the MLflow project's main entry point
@@ -41,6 +42,9 @@ def register(sub) -> None:
     p.add_argument("--model", default="profile", metavar="DIR|PROFILE",
                    help="model to start from (default `profile`: the training profile's own model)")
     p.add_argument("--family", default="blocksworld", help="task family (default blocksworld)")
+    p.add_argument("--mode", default="profile", choices=("profile", "given", "full"),
+                   help="task mode: given (the family's domain is given, the model writes the problem), full "
+                        "(domain and problem); default: the profile's (small: given; micro, paper: full)")
     p.add_argument("--n-train", type=int, default=8, help="training tasks (default 8; paper 1000)")
     p.add_argument("--n-val", type=int, default=4, help="validation tasks (default 4; paper 100)")
     p.add_argument("--min-objects", type=int, default=2)
@@ -128,6 +132,8 @@ Exit status: 0 submitted (with --wait: succeeded), 1 the run failed, 2 usage or 
 def run(args) -> int:
     import json
 
+    from dataclasses import replace
+
     from omtr.tracking.pipeline import STEPS, Pipeline, PipelineConfig, StepFailed, for_profile
 
     steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
@@ -136,10 +142,13 @@ def run(args) -> int:
         raise CliError(f"unknown step(s) {bad}; choose from {', '.join(STEPS)}")
     try:
         cfg = for_profile(PipelineConfig(
-            profile=args.profile, model="" if args.model.strip("'\"") in ("", "profile") else args.model, family=args.family, n_train=args.n_train, n_val=args.n_val,
+            profile=args.profile, model="" if args.model.strip("'\"") in ("", "profile") else args.model, family=args.family,
+            n_train=args.n_train, n_val=args.n_val,
             min_objects=args.min_objects, max_objects=args.max_objects, seed=args.seed,
             train_set=tuple(args.train_set), eval_budget=args.eval_budget, eval_max_new_tokens=args.max_new_tokens,
             bootstrap=args.bootstrap, name=args.name, rule=args.rule, serve_budget=args.serve_budget))
+        if args.mode != "profile":  # an explicit mode wins over the profile's
+            cfg = replace(cfg, mode=args.mode)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     try:

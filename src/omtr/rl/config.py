@@ -293,14 +293,14 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # The small-model recipe on SmolLM2 (CPU): what moves a 135M model in tens of updates, after trl's
     # GRPO and DAPO. 4 tasks x 8 samples at 0.7 a batch, advantages normalised within each task's
     # group (no whitening across tasks), groups whose samples all got the same return replaced by
-    # fresh tasks (dynamic sampling), two epochs of two minibatches so the clip acts, no KL term, the
+    # fresh tasks (dynamic sampling), two minibatches a batch so the clip acts, no KL term, the
     # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6), tasks of
     # up to 2 objects first (the cap rises as the rollouts succeed), the fast rollout engine.
     # LoRA on attention and MLP comes with the `small` model profile. 8 updates by default.
     "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=4, episodes_per_batch=32,
                          samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
-                         judge_gate_auc=0.6, lr=2e-4, ppo_epochs=2, minibatches=2, kl_coef=0.0,
+                         judge_gate_auc=0.6, lr=2e-4, ppo_epochs=1, minibatches=2, kl_coef=0.0,
                          max_repairs=1, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0),

@@ -74,12 +74,11 @@ class TorchBackend:
             self._all_reduce_grads()
         # The policy's parameters and the value head are clipped apart: the value loss's gradient
         # must not shrink the policy's step (nor the policy's the value head's). The norm returned
-        # (and logged as grad_norm) is the policy's.
+        # (logged as grad_norm) is the policy's; the value head's is kept as last_value_grad_norm.
         limit = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
         main, value = ([p for p in g["params"] if p.grad is not None] for g in self.optimizer.param_groups[:2])
         norm = torch.nn.utils.clip_grad_norm_(main, limit) if main else torch.zeros(())
-        if value:
-            torch.nn.utils.clip_grad_norm_(value, limit)
+        self.last_value_grad_norm = float(torch.nn.utils.clip_grad_norm_(value, limit)) if value else None
         self.optimizer.step()
         return float(norm)
 

@@ -176,6 +176,9 @@ class UpdateMixin:
                         add("value_loss", loss.item(), len(chunk))
                     self.backend.backward(loss * weight, last=last)
                 add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
+                value_norm = getattr(self.backend, "last_value_grad_norm", None)
+                if value_norm is not None:  # torch clips the value head apart (DeepSpeed: one global norm)
+                    add("value_grad_norm", value_norm)
                 self._forget_prefixes()
         if coll.active:
             out = merge_weighted_means(stats, coll)

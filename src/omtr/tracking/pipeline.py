@@ -49,6 +49,7 @@ class PipelineConfig:
     profile: str = "small"  # training profile (small, paper, micro); also the model unless `model` is set
     model: str = ""  # model directory or profile to start from ("": the profile's)
     family: str = "blocksworld"  # task family for generated tasks
+    mode: str = "given"  # given: tasks give the family's domain (the Actor writes the problem); full: both
     n_train: int = 8  # training tasks
     n_val: int = 4  # validation tasks
     min_objects: int = 2
@@ -67,6 +68,8 @@ class PipelineConfig:
             raise ValueError("n_train and n_val must be at least 1")
         if self.rule not in ("point", "ci"):
             raise ValueError(f"unknown promotion rule {self.rule!r}; choose point or ci")
+        if self.mode not in ("given", "full"):
+            raise ValueError(f"unknown task mode {self.mode!r}; choose given (the domain is given) or full")
         if self.eval_budget < 1 or self.serve_budget < 1:
             raise ValueError("eval_budget and serve_budget must be at least 1")
 
@@ -74,9 +77,10 @@ class PipelineConfig:
 # What `-P profile=paper` changes when the caller leaves the numbers at the small defaults.
 PROFILE_DEFAULTS = {
     "small": {},
-    "micro": {"n_train": 4, "n_val": 2, "eval_max_new_tokens": 24, "bootstrap": 200,
+    "micro": {"n_train": 4, "n_val": 2, "eval_max_new_tokens": 24, "bootstrap": 200, "mode": "full",
               "train_set": ("cycles=1", "updates_per_cycle=1")},
-    "paper": {"n_train": 1000, "n_val": 100, "max_objects": 6, "eval_budget": 6, "eval_max_new_tokens": 700},
+    "paper": {"n_train": 1000, "n_val": 100, "max_objects": 6, "eval_budget": 6, "eval_max_new_tokens": 700,
+              "mode": "full"},
 }
 
 
@@ -239,6 +243,8 @@ class Pipeline:
         c = self.cfg
         params = {"family": c.family, "n_train": c.n_train, "n_val": c.n_val, "min_objects": c.min_objects,
                   "max_objects": c.max_objects, "seed": c.seed}
+        if c.mode != "full":  # full-mode keys stay what they were before the mode existed
+            params["mode"] = c.mode
 
         def body(run_id, key):
             out = self.work / f"prepare-{key}"
@@ -246,7 +252,8 @@ class Pipeline:
             for split, n in (("train", c.n_train), ("val", c.n_val)):
                 self._omtr(["tasks", "generate", "--family", c.family, "--n", str(n), "--seed", str(c.seed),
                             "--split", split, "--min-objects", str(c.min_objects), "--max-objects",
-                            str(c.max_objects), "--out", str(out / f"{split}.jsonl")], run_id)
+                            str(c.max_objects), "--out", str(out / f"{split}.jsonl")]
+                           + (["--given-domain"] if c.mode == "given" else []), run_id)
             self.mlflow.log_artifacts(str(out), "tasks")
             return {"train": "tasks/train.jsonl", "val": "tasks/val.jsonl"}
 
