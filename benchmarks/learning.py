@@ -172,16 +172,22 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32, help="held-out tasks (split over the families)")
     ap.add_argument("--minutes", type=float, default=30.0, help="training wall time per condition (0: --updates)")
     ap.add_argument("--updates", type=int, default=200, help="updates per condition at most")
-    ap.add_argument("--conditions", default="binary,shaped", help="rewards to train with, each from the start")
+    ap.add_argument("--conditions", default="binary,shaped",
+                    help="rewards to train with, each from the start ('' : evaluate the untrained model only)")
     ap.add_argument("--budgets", type=lambda v: [int(x) for x in v.split(",")], default=[1, 6],
                     help="greedy evaluation budgets (planner calls per task; default 1,6)")
     ap.add_argument("--pass-k", type=int, default=8, help="samples per task for pass@k (0: skip)")
     ap.add_argument("--max-new-tokens", type=int, default=0, help="token limit of an answer (0: 192 given, 448 full)")
-    ap.add_argument("--eval-engine", default="hf", help="engine of the evaluation (hf: the policy itself; fast)")
+    ap.add_argument("--eval-engine", default="fast",
+                    help="engine of the evaluation (fast: what the served model uses on CPU, default; hf: the policy's own "
+                         "generate, slower)")
     ap.add_argument("--eval-batch", type=int, default=16)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     type=lambda kv: (kv.split("=", 1)[0], json.loads(kv.split("=", 1)[1])),
                     help="override a field of the small training profile (JSON value), e.g. --set lr=3e-4")
+    ap.add_argument("--reuse-before", metavar="JSON",
+                    help="take the untrained model's evaluation from an earlier run's learning.json (same tasks, "
+                         "same settings) instead of evaluating it again")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=2000)
     ap.add_argument("--out", default=None, help="output folder (default: a temporary one)")
@@ -214,12 +220,19 @@ def main() -> None:
         (out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
 
     with SolverPool(1, SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)) as pool:
-        log.info("held-out tasks before training:")
-        before = evaluate(model, test_tasks, pool, args)
+        if args.reuse_before:  # the same tasks and starting weights were evaluated by an earlier run
+            prev = json.loads(Path(args.reuse_before).read_text())["before_outcomes"]
+            if prev["tasks"] != [t.id for t in test_tasks]:
+                raise SystemExit(f"{args.reuse_before}: its held-out tasks are not these; drop --reuse-before")
+            before = prev
+            log.info("held-out tasks before training: reused from %s", args.reuse_before)
+        else:
+            log.info("held-out tasks before training:")
+            before = evaluate(model, test_tasks, pool, args)
         result["before"] = summarise(before, args)
         result["before_outcomes"] = before
         save()  # kept if the run is cut short
-        for cond in args.conditions.split(","):
+        for cond in [c for c in args.conditions.split(",") if c]:
             log.info("training with the %s reward", cond)
             tr, secs, stopped = train(model, init, train_tasks, pool, cond, args, out)
             log.info("held-out tasks after %d updates (%s):", tr.update, cond)

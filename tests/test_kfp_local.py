@@ -67,7 +67,7 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
         t0 = time.monotonic()
         omtr_pipeline(
             profile="small", model="profile", train_on="cpu",
-            train_set=["cycles=1", "updates_per_cycle=1", "episodes_per_batch=2", "micro_batch_size=2",
+            train_set=["cycles=1", "updates_per_cycle=1", "episodes_per_batch=2", "samples_per_task=2", "micro_batch_size=2",
                        "max_repairs=0", "max_new_tokens=32"],
             n_train=2, n_val=1, min_objects=2, max_objects=3, eval_budget=1, max_new_tokens=400, bootstrap=20,
             solver_url=fleet.url, mlflow_tracking_uri=tracking_server, registry_name=NAME, serve_budget=1,

@@ -204,7 +204,8 @@ def test_the_trainer_skips_groups_without_signal_and_rolls_out_replacements(tmp_
     cfg = train_profile("micro").replace(
         cycles=1, updates_per_cycle=2, episodes_per_batch=8, samples_per_task=4, advantage="group",
         whiten_advantages=False, dynamic_sampling=True, dynamic_sampling_rounds=3, curriculum=True,
-        curriculum_start=1, curriculum_advance_at=0.01, judge_gate_auc=0.6, max_new_tokens=9, max_repairs=0,
+        curriculum_start=1, curriculum_advance_at=0.01, judge_gate_auc=0.6, judge_items_per_update=3,
+        max_new_tokens=9, max_repairs=0,
         reward="toy_by_task", save_model_every_cycle=False, validate_logs=True, mlflow=False, seed=4)
     tr = Trainer(cfg, tasks, tmp_path / "run", env=NoPlanner(), quiet=True, model=build_model("micro"))
     assert {t.id for t in tr.curriculum.eligible(tasks)} == {"z0", "s1"}
@@ -226,3 +227,19 @@ def test_the_trainer_skips_groups_without_signal_and_rolls_out_replacements(tmp_
     # every trained group is zero-mean (group advantages, no whitening across tasks)
     sums = trained.assign(g=trained.episode // 4).groupby("g").advantage.sum()
     assert (sums.abs() < 1e-6).all()
+
+
+def test_the_judge_trains_on_a_balanced_subset_of_the_batchs_specs():
+    import random
+
+    from omtr.rl.recipe import balanced_sample
+    from omtr.rl.trainer import JudgeItem
+
+    items = [JudgeItem([], i < 3) for i in range(20)]  # 3 accepted, 17 rejected
+    got = balanced_sample(items, 8, random.Random(0))
+    assert len(got) == 8 and sum(j.label for j in got) == 3  # every accepted spec, rejected ones fill up
+    assert [items.index(j) for j in got] == sorted(items.index(j) for j in got)  # original order
+    even = [JudgeItem([], i % 2 == 0) for i in range(20)]
+    got = balanced_sample(even, 8, random.Random(1))
+    assert sum(j.label for j in got) == 4 and len(got) == 8
+    assert balanced_sample(items[:5], 8, random.Random(0)) == items[:5]

@@ -62,6 +62,38 @@ def test_fast_engine_in_fp32_is_the_policy(micro, constraint):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
+def test_identical_prompts_are_prefilled_once_and_sampled_apart(micro):
+    """The samples of one task share a prompt: the fast engine prefills it once and copies its keys
+    and values to each row. Greedy rows of one prompt equal that prompt's own greedy answer (fp32:
+    the hf engine's), and sampled rows still differ from each other."""
+    fast = make_engine("fast", micro, quantize=False)
+    alone = micro.generate("actor", PROMPTS[:2], GREEDY, constraint="plain")
+    rows = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]]
+    prefilled = []
+    forward = fast._forward
+
+    def spy(rw, x, pos, prefix, cache, mask):
+        if cache is not None and x.shape[1] > 1:
+            prefilled.append(x.shape[0])  # rows in the prefill pass
+        return forward(rw, x, pos, prefix, cache, mask)
+
+    fast._forward = spy
+    out = fast.generate("actor", rows, GREEDY, constraint="plain")
+    fast._forward = forward
+    assert prefilled == [2]  # two distinct prompts among four rows
+    assert [g.token_ids for g in out] == [alone[0].token_ids, alone[1].token_ids, alone[0].token_ids,
+                                          alone[0].token_ids]
+    for g, ref in zip(out, [alone[0], alone[1], alone[0], alone[0]]):
+        assert max(abs(x - y) for x, y in zip(g.logprobs, ref.logprobs)) < 1e-4
+    sampled = fast.generate("actor", [PROMPTS[0]] * 6, Sampling(greedy=False, temperature=1.0, max_new_tokens=16, seed=3),
+                            constraint="off")
+    assert len({tuple(g.token_ids) for g in sampled}) > 1
+    lp, mask = micro.token_logprobs("actor", [PROMPTS[0]] * 6, [g.token_ids for g in sampled], temperature=1.0,
+                                    grammar=False)
+    for b, g in enumerate(sampled):  # each row's log-probs are the policy's on its own tokens
+        assert lp[b, :len(g.token_ids)].tolist() == pytest.approx(g.logprobs, abs=1e-4)
+
+
 def test_int8_engine_is_smaller_and_close(micro):
     fast = make_engine("fast", micro)
     fp32 = make_engine("fast", micro, quantize=False)

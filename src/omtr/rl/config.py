@@ -68,6 +68,8 @@ class TrainConfig:
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
     judge_gate_window: int = _f(3, "Updates the Judge gate looks back over.")
+    judge_items_per_update: int = _f(0, "Train L_J on at most this many of the batch's Actor specs, balanced between "
+                                        "accepted and rejected (0: all of them, the paper).")
     limited_reward: str = _f("zero", "Reward of a verdict decided by a limit (time, memory): zero (b = 0, the paper's "
                                      "appendix B.1) or skip (no reward, the step is not trained on).")
     editor_step_penalty: float = _f(_EP.editor_step_penalty, "R_E = b_T - c * T (paper: 0.1).")
@@ -183,6 +185,8 @@ class TrainConfig:
         for name in ("editor_gamma", "gae_lambda", "judge_threshold"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.judge_items_per_update < 0:
+            raise ConfigError("judge_items_per_update must be >= 0 (0: every Actor spec of the batch)")
         if self.checkpoint_every_updates < 0 or self.keep_checkpoints < 1:
             raise ConfigError("checkpoint_every_updates must be >= 0 and keep_checkpoints >= 1")
         if self.deepspeed is not None and self.separate_models:
@@ -294,13 +298,15 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # GRPO and DAPO. 4 tasks x 8 samples at 0.7 a batch, advantages normalised within each task's
     # group (no whitening across tasks), groups whose samples all got the same return replaced by
     # fresh tasks (dynamic sampling), two minibatches a batch so the clip acts, no KL term, the
-    # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6), tasks of
+    # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6) and its loss
+    # on 16 balanced Actor specs a batch (a whole prompt's forward and backward each), tasks of
     # up to 2 objects first (the cap rises as the rollouts succeed), the fast rollout engine.
     # LoRA on attention and MLP comes with the `small` model profile. 8 updates by default.
     "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=4, episodes_per_batch=32,
                          samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
-                         judge_gate_auc=0.6, lr=2e-4, ppo_epochs=1, minibatches=2, kl_coef=0.0,
+                         judge_gate_auc=0.6, judge_items_per_update=16, lr=2e-4, ppo_epochs=1, minibatches=2,
+                         kl_coef=0.0,
                          max_repairs=1, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0),

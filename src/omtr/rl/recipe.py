@@ -72,6 +72,21 @@ class JudgeGate:
         self.batches = [(list(s), list(y)) for s, y in state.get("batches", [])][-self.window:]
 
 
+def balanced_sample(items: Sequence, k: int, rng) -> list:
+    """At most ``k`` of ``items`` (each with a boolean ``label``), as many of each label as there
+    are up to half of ``k``, the rest filled from the larger class; in their original order.
+    The Judge's loss on every Actor spec of a batch costs a forward and backward pass over a whole
+    prompt each; a balanced subset keeps its signal at a fraction of the cost."""
+    if len(items) <= k:
+        return list(items)
+    pos = [i for i, it in enumerate(items) if it.label]
+    neg = [i for i, it in enumerate(items) if not it.label]
+    take_pos = min(len(pos), max(k // 2, k - len(neg)))
+    take_neg = min(len(neg), k - take_pos)
+    chosen = set(rng.sample(pos, take_pos)) | set(rng.sample(neg, take_neg))
+    return [it for i, it in enumerate(items) if i in chosen]
+
+
 def object_count(task) -> int | None:
     """The task's object count from its training meta (``n_objects``, else ``size``), or None."""
     meta = getattr(task, "meta", None) or {}

@@ -65,7 +65,7 @@ from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
 from omtr.rl.metrics import MetricsMixin
-from omtr.rl.recipe import Curriculum, JudgeGate, object_count
+from omtr.rl.recipe import Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
 from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, rewarded_items, select_groups
 from omtr.rl.update import UpdateMixin
@@ -337,6 +337,9 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if cfg.dynamic_sampling:
             for it in items:
                 it.skip = it.group not in kept
+        if cfg.judge_items_per_update and len(judge_items) > cfg.judge_items_per_update:
+            judge_items = balanced_sample(judge_items, cfg.judge_items_per_update // max(1, self.coll.world) or 1,
+                                          random.Random(cfg.seed * 1_000_003 + 31 * self.update + self.coll.rank))
         offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
         for k, j in enumerate(judge_items):
             j.index = offset + k

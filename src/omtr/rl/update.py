@@ -128,11 +128,20 @@ class UpdateMixin:
         local_eps = {it.ep for it in train} | {j.index for j in judge_items}
         n_eps = len(set().union(*coll.gather(local_eps))) if coll.active else len(local_eps)
         parts = max(1, min(cfg.minibatches, n_eps or 1))
+        # Minibatches hold whole groups (the samples of one task) when there are several samples: a
+        # micro-batch of one group shares its whole prompt, which the forward pass computes once.
+        order = {g: k for k, g in enumerate(sorted({it.group for it in train}, key=repr))}
+        if cfg.samples_per_task > 1 and len(order) >= parts:
+            def part_of(it):
+                return order[it.group] % parts
+        else:
+            def part_of(it):
+                return it.ep % parts
         tokens_done = 0
         judge_scores: list[float] = []
         for _epoch in range(cfg.ppo_epochs):
             for part in range(parts):
-                part_items = [it for it in train if (it.ep % parts) == part]
+                part_items = [it for it in train if part_of(it) == part]
                 part_judge = [j for j in judge_items if j.index % parts == part] if cfg.use_judge else []
                 vals = ([it for it in part_items if it.feature is not None and it.ret is not None]
                         if cfg.advantage == "gae" else [])

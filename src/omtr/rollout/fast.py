@@ -435,23 +435,32 @@ class FastEngine(OverModel):
         t0 = time.perf_counter()
         p = self._shared_len(role, seqs)
         prefix = self._prefix(role, rw, seqs[0][:p])
-        rows = [s[p:] for s in seqs]
+        # Identical prompts (the samples of one task) are prefilled once: their keys, values and
+        # first logits are copied to each of their rows.
+        first_of: dict[tuple[int, ...], int] = {}
+        inverse = [first_of.setdefault(tuple(s[p:]), len(first_of)) for s in seqs]
+        rows = [list(r) for r in first_of]
+        U = len(rows)
         S = max(len(r) for r in rows)
-        ids = torch.full((B, S), pad, dtype=torch.long)
-        valid = torch.zeros((B, S), dtype=torch.bool)
-        pos = torch.full((B, S), R + p, dtype=torch.long)
+        ids = torch.full((U, S), pad, dtype=torch.long)
+        valid = torch.zeros((U, S), dtype=torch.bool)
+        pos = torch.full((U, S), R + p, dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, S - len(r):] = torch.tensor(r, dtype=torch.long)
             valid[i, S - len(r):] = True
             pos[i, S - len(r):] = torch.arange(R + p, R + p + len(r))
-        cache = _RowCache(len(rw.layers), B, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
+        cache = _RowCache(len(rw.layers), U, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
         cache.valid[:, :S] = valid
         causal = torch.tril(torch.ones((S, S), dtype=torch.bool))  # [S, T=S]
-        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, S, T]
+        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [U, S, T]
         x = F.embedding(ids, rw.embed).float()
         h, _ = self._forward(rw, x, pos, prefix, cache, mask)
         logits = self._logits(rw, h[:, -1])
         next_pos = pos[:, -1:] + 1
+        if U < B:
+            idx = torch.tensor(inverse)
+            cache.select(idx)
+            logits, next_pos = logits[idx], next_pos[idx]
         prefill_ms = 1000 * (time.perf_counter() - t0)
 
         tokens: list[list[int]] = [[] for _ in range(B)]
