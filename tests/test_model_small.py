@@ -18,7 +18,8 @@ def test_smollm2_loads_and_writes_grammar_constrained_pddl(tmp_path):
         pytest.skip(str(exc))
     rep = m.parameter_report()
     assert 130e6 < rep["parameters"]["backbone"] < 140e6
-    assert rep["memory_ratio"] <= 1.10
+    # three roles' LoRA (r=16 on attention and MLP, ~3.6% of the backbone each) on one shared backbone
+    assert 1.0 < rep["memory_ratio"] <= 1.12
     prompts = [
         [{"role": "system", "content": "Answer with a PDDL domain and then a PDDL problem, nothing else."},
          {"role": "user", "content": "A robot in room a must carry ball1 from room a to room b."}],

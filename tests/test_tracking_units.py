@@ -100,24 +100,25 @@ def test_content_keys_and_profiles():
         PipelineConfig(mode="half")
 
 
-def test_the_main_jobs_prepare_step_writes_tasks_in_its_mode(tmp_path, monkeypatch):
-    """`--mode given` generates tasks that carry the family's domain (the Actor writes problems);
-    `--mode full` tasks carry none; the mode is part of the step's key."""
+def test_the_main_jobs_prepare_step_writes_tasks_in_its_mode(tmp_path):
+    """`omtr pipeline --mode given` generates tasks that carry the family's domain (the Actor writes
+    problems), `--mode full` tasks carry none, and the mode is part of the step's key (the full-mode
+    run does not reuse the given-mode one)."""
     import json
+    import os
+    import subprocess
+    import sys
 
-    from omtr.tracking.pipeline import Pipeline
-
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    keys = {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlruns.db'}"
     for mode in ("given", "full"):
-        cfg = PipelineConfig(profile="micro", mode=mode, n_train=1, n_val=1, min_objects=3, max_objects=4)
-        pipe = Pipeline(cfg, tmp_path / "work", experiment="mode-test", quiet=True, steps=("prepare",))
-        summary = pipe.run()
-        assert not summary["prepare"]["skipped"]  # the given-mode run is not reused for the full one
-        keys[mode] = summary["prepare"]["run_id"]
-    assert keys["given"] != keys["full"]
+        r = subprocess.run([sys.executable, "-m", "omtr", "-q", "pipeline", "--profile", "micro", "--mode", mode,
+                            "--n-train", "1", "--n-val", "1", "--min-objects", "3", "--max-objects", "4",
+                            "--steps", "prepare", "--work", str(tmp_path / "work"), "--experiment", "mode-test"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        summary = json.loads(r.stdout[r.stdout.index("{"): r.stdout.rindex("}") + 1])
+        assert not summary["prepare"]["skipped"], mode
     recs = {f.parent.name: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
             for f in (tmp_path / "work").glob("prepare-*/train.jsonl")}
     assert len(recs) == 2 and sorted(bool(r[0].get("domain")) for r in recs.values()) == [False, True]
