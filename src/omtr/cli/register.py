@@ -60,12 +60,13 @@ def run(args) -> int:
 
     if not (Path(args.model_dir) / "omtr-model.json").is_file():
         raise CliError(f"--model-dir {args.model_dir}: not an omtr model directory (no omtr-model.json)")
-    metrics = None
-    if args.metrics:
+    def read_json(flag: str, path: str):
         try:
-            metrics = json.loads(Path(args.metrics).read_text())
+            return json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
-            raise CliError(f"--metrics {args.metrics}: cannot read ({exc})") from None
+            raise CliError(f"--{flag} {path}: cannot read ({exc})") from None
+
+    metrics = read_json("metrics", args.metrics) if args.metrics else None
     for flag in ("train_run", "eval_run", "baseline_run", "baseline_metrics"):  # `none` (MLproject's default): absent
         if (getattr(args, flag) or "").strip("'\"").lower() in ("", "none"):
             setattr(args, flag, None)
@@ -74,10 +75,7 @@ def run(args) -> int:
 
     baseline = None
     if args.baseline_metrics:
-        try:
-            baseline = json.loads(Path(args.baseline_metrics).read_text())
-        except (OSError, ValueError) as exc:
-            raise CliError(f"--baseline-metrics {args.baseline_metrics}: cannot read ({exc})") from None
+        baseline = read_json("baseline-metrics", args.baseline_metrics)
     elif args.baseline_run:
         try:
             baseline = baseline_from_run(args.baseline_run)
