@@ -63,3 +63,18 @@ def _no_mlflow_environment_leaks():
         if k not in before:
             del os.environ[k]
     os.environ.update(before)
+
+
+@pytest.fixture()
+def sqlite_registry(tmp_path, monkeypatch):
+    """A fresh SQLite tracking store and model registry for this test: (uri, MlflowClient), with the
+    environment and mlflow's globals pointing at it and no run or experiment id inherited."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)  # mlflow.set_experiment sets it
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return uri, mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -26,14 +26,8 @@ NAME = "omtr-role-model-baseline-test"
 
 
 @pytest.fixture()
-def registry(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)  # mlflow.set_experiment sets it
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+def registry(sqlite_registry, tmp_path):
+    uri, client = sqlite_registry
 
     def add(faithful, success=0.5, calls=2.0, baseline=None) -> str:
         """A version with its evaluation tags and, given ``baseline`` (faithful, success), baseline tags."""

@@ -19,14 +19,8 @@ NAME = "omtr-role-model-test"
 
 
 @pytest.fixture()
-def registry(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)  # mlflow.set_experiment sets it
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+def registry(sqlite_registry, tmp_path):
+    _, client = sqlite_registry
     client.create_registered_model(NAME)
 
     def add(faithful=None, success=None, calls=None, ci=None) -> str:
