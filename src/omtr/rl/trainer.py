@@ -224,7 +224,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         curriculum, the permutation is of the tasks its current cap admits."""
         u = self.update if update is None else update
         c, k = divmod(u, self.cfg.updates_per_cycle)
-        pool = self.curriculum.eligible(self.tasks) if self.cfg.curriculum else self.tasks
+        pool = self.curriculum.eligible(self.tasks)  # every task when the curriculum is off
         order = list(range(len(pool)))
         salt = 7919 * (self.curriculum.cap or 0) if self.cfg.curriculum else 0
         random.Random(self.cfg.seed * 1_000_003 + c + salt).shuffle(order)
@@ -235,7 +235,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         """Dynamic sampling's ``n`` replacement tasks for rollout round ``round_`` (>= 1) of the next
         update: seeded by update and round, admitted by the curriculum, tasks already rolled out in
         this update avoided while others remain."""
-        pool = self.curriculum.eligible(self.tasks) if self.cfg.curriculum else self.tasks
+        pool = self.curriculum.eligible(self.tasks)  # every task when the curriculum is off
         fresh = [t for t in pool if t.id not in exclude] or list(pool)
         rng = random.Random(self.cfg.seed * 1_000_003 + 104_729 * (self.update + 1) + round_)
         picked = rng.sample(fresh, min(n, len(fresh)))
