@@ -10,7 +10,13 @@ temperature with the profile's constraint, then ``backward`` of their sum into t
 parameters. Side by side in one process: ``current`` (``RoleModel.token_logprobs``) and
 ``padded`` (the earlier post-processing: a left-aligned padded copy of the [B, L, V] logits, a
 masked clone, a full log-softmax), with the same prefill. Reports seconds, completion tokens/s,
-all tokens/s (prompts included) and the largest difference from the first variant's log-probs. One JSON object to stdout.
+all tokens/s (prompts included) and the largest difference from the first variant's log-probs.
+
+``--judge``: instead, the Judge's term of one update, ``2 x micro_batch_size`` Judge prompts (two
+domain-given tasks, a spec of each per sample) forward and backward, two ways: ``mixed`` as the
+batch arrives (the tasks interleaved, no prefix sharing: the earlier ``judge_scores``) and
+``alike`` (:func:`omtr.model.batching.alike_chunks`, each task's prompts together, their common
+prefix computed once). One JSON object to stdout.
 """
 
 from __future__ import annotations
@@ -49,7 +55,10 @@ def main() -> None:
     ap.add_argument("--profile", default="small", help="training profile (default small)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--repeats", type=int, default=2, help="timed repeats per variant, best kept (default 2)")
+    ap.add_argument("--judge", action="store_true", help="time the Judge's micro-batches, mixed vs alike prompts")
     args = ap.parse_args()
+    if args.judge:
+        return judge_batches(args)
 
     import torch
 
@@ -109,6 +118,57 @@ def main() -> None:
                 out["variants"][name] = row
     v = out["variants"]
     out["speedup"] = round(v["current"]["completion_tokens_per_s"] / v["padded"]["completion_tokens_per_s"], 2)
+    print(json.dumps(out, indent=2))
+
+
+def judge_batches(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from omtr.inference import prompts as P
+    from omtr.model import build_model
+    from omtr.model.batching import alike_chunks, prompt_text
+    from omtr.rl.config import train_profile
+    from omtr.tasks.generators import generate
+
+    cfg = train_profile(args.profile)
+    model = build_model(cfg.model)
+    model.train()
+    n = cfg.micro_batch_size
+    tasks = [t.with_given_domain() for t in generate("blocksworld", 2, 0, min_objects=3, max_objects=4, verify=False)]
+    prompts = []
+    for k in range(n):  # interleaved as a batch arrives: task 0, task 1, task 0, ...
+        for t in tasks:
+            problem = t.reference.problem  # a benchmark: the reference only stands in for a written spec
+            prompts.append(P.judge_messages(t.for_training(), problem[: len(problem) - 9 * k]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    mixed = [list(range(i, min(i + n, len(prompts)))) for i in range(0, len(prompts), n)]
+    alike = alike_chunks([prompt_text(p) for p in prompts], n)
+    tokens = sum(len(s) for s in model.encode_prompts(prompts))
+    out = {"profile": args.profile, "threads": args.threads, "prompts": len(prompts), "prompt_tokens": tokens,
+           "variants": {}}
+    scores = {}
+    for rep in range(args.repeats):
+        for name, chunks, share in (("mixed", mixed, False), ("alike", alike, True)):
+            model.share_prefix = share
+            for p in params:
+                p.grad = None
+            t0 = time.perf_counter()
+            got = [0.0] * len(prompts)
+            for c in chunks:
+                s = model.judge_scores([prompts[i] for i in c])
+                s.sum().backward()
+                for i, v in zip(c, s.tolist()):
+                    got[i] = v
+            secs = time.perf_counter() - t0
+            scores[name] = got
+            best = out["variants"].get(name)
+            if best is None or secs < best["seconds"]:
+                out["variants"][name] = {"chunks": [len(c) for c in chunks], "seconds": round(secs, 2),
+                                         "prompt_tokens_per_s": round(tokens / secs, 1)}
+    model.share_prefix = True
+    out["max_abs_score_diff"] = max(abs(a - b) for a, b in zip(scores["mixed"], scores["alike"]))
+    out["speedup"] = round(out["variants"]["mixed"]["seconds"] / out["variants"]["alike"]["seconds"], 2)
     print(json.dumps(out, indent=2))
 
 

@@ -370,3 +370,61 @@ def test_token_logprobs_of_identical_prompts_whose_completions_start_alike(pertu
         m.share_prefix = True
     assert torch.equal(mask, plain_mask) and mask.sum() == 10
     assert torch.allclose(shared, plain, atol=1e-4)
+
+
+def test_judge_scores_share_the_prompt_prefix_with_the_same_scores_and_gradients(perturbed):
+    """s_J goes through the shared-prefix forward pass: the specs of one task share most of their
+    prompt, computed once as a batch of one; scores and their gradients equal the plain batch's."""
+    m = perturbed
+    task = [{"role": "system", "content": SHARED}, {"role": "user", "content": "Stack block a on block b. Spec: "}]
+    prompts = [[task[0], {"role": "user", "content": task[1]["content"] + s}]
+               for s in ("(on a b)", "(on b a) (clear a)", "(holding a)")]
+    calls = []
+    hook = m.base_model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(kw["inputs_embeds"].shape), with_kwargs=True)
+    try:
+        m.share_prefix = False
+        m.zero_grad()
+        plain = m.judge_scores(prompts)
+        plain.sum().backward()
+        plain_grad = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        assert len(calls) == 1 and calls[0][0] == 3
+        m.share_prefix = True
+        calls.clear()
+        m.zero_grad()
+        shared = m.judge_scores(prompts)
+        shared.sum().backward()
+        assert [c[0] for c in calls] == [1, 3], "the common prefix runs once, then the rows' own tokens"
+        seqs = m.encode_prompts(prompts)
+        assert calls[1][1] <= max(map(len, seqs)) - 32, "the rows' pass holds only what they do not share"
+        assert torch.allclose(shared, plain, atol=1e-5)
+        assert "judge_head.weight" in plain_grad
+        for n, g in plain_grad.items():
+            got = m.get_parameter(n).grad
+            assert (got - g).norm() <= 1e-3 * g.norm() + 1e-6, n
+        m.zero_grad()
+        mixed = prompts + SHARED_PROMPTS  # judge() keeps the prompts' order whatever the chunks
+        assert m.judge(mixed, batch_size=2) == pytest.approx(m.judge(mixed, batch_size=1), abs=1e-5)
+    finally:
+        hook.remove()
+        m.share_prefix = True
+        m.zero_grad()
+
+
+def test_alike_chunks_put_alike_prompts_together_and_keep_every_one():
+    """Micro-batches hold alike prompts (the samples of one task), at most `size` each, every
+    position once; prompts that share only a short beginning go to different chunks."""
+    from omtr.model.batching import alike_chunks
+
+    a = "system: translate. user: stack block a on block b and then put c on the table " * 3
+    b = "system: translate. user: move both balls from room a to room b with the left gripper " * 3
+    texts = [a + "x", b + "x", a + "y", b + "y", a + "z", b + "z", a + "w"]
+    chunks = alike_chunks(texts, 3)
+    assert sorted(i for c in chunks for i in c) == list(range(len(texts)))
+    assert all(len(c) <= 3 for c in chunks)
+    for c in chunks:
+        assert len({texts[i][:40] for i in c}) == 1, "a chunk mixes two tasks"
+    assert sorted(len(c) for c in chunks) == [1, 3, 3]
+    assert alike_chunks([], 4) == []
+    with pytest.raises(ValueError, match="chunk size"):
+        alike_chunks(texts, 0)

@@ -37,6 +37,7 @@ from torch import nn
 
 from omtr.config import ROLE_NAMES, ModelConfig
 from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.model.batching import alike_chunks, prompt_text
 from omtr.model.backbone import Backbone, _ensure_pad, load_backbone, resolve_device, resolve_dtype
 
 log = logging.getLogger("omtr.model")
@@ -286,17 +287,30 @@ class RoleModel(nn.Module):
         """s_J for each (task, spec) prompt, differentiable; shape [B], values in (0, 1)."""
         ri = self.use_role("judge")
         seqs = self.encode_prompts(prompts)
-        embeds, attn, pos = self._inputs(seqs, ri)
         base = self.base_model
         decoder = getattr(base, base.base_model_prefix)  # the transformer without the LM head
-        hidden = decoder(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
-        return torch.sigmoid(self.judge_head(hidden[:, -1].float())).squeeze(-1)
+        seen: list[torch.Tensor] = []
+
+        def keep(mod, args, out):
+            seen.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+        # Through _prefill: the rows' common prefix (the system message, and for the specs of one
+        # task the task and its domain) is computed once; the last call is the rows' own part.
+        hook = decoder.register_forward_hook(keep)
+        try:
+            self._prefill(seqs, ri, logits_to_keep=1, reuse=False)
+        finally:
+            hook.remove()
+        return torch.sigmoid(self.judge_head(seen[-1][:, -1].float())).squeeze(-1)
 
     @torch.no_grad()
     def judge(self, prompts: Sequence[Messages], *, batch_size: int = 8) -> list[float]:
-        out: list[float] = []
-        for i in range(0, len(prompts), batch_size):
-            out += self.judge_scores(prompts[i:i + batch_size]).tolist()
+        """s_J for each prompt, in batches of at most ``batch_size`` alike prompts (the specs of one
+        task together: their common prefix is computed once); returned in the prompts' order."""
+        out: list[float] = [0.0] * len(prompts)
+        for chunk in alike_chunks([prompt_text(p) for p in prompts], batch_size):
+            for i, s in zip(chunk, self.judge_scores([prompts[i] for i in chunk]).tolist()):
+                out[i] = s
         return out
 
     # ------------------------------------------------------------------ log-probs for PPO

@@ -21,6 +21,7 @@ import torch
 
 from omtr.inference import prompts as P
 from omtr.inference.episode import Episode
+from omtr.model.batching import alike_chunks, prompt_text
 from omtr.rl.config import TrainConfig
 from omtr.rl.recipe import groups_with_signal
 from omtr.rl.rewards import actor_reward, editor_reward, outcome
@@ -141,5 +142,7 @@ def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tens
 
 
 def _chunks(xs: list, n: int):
-    return [xs[i:i + n] for i in range(0, len(xs), n)]
+    """Micro-batches of at most ``n`` items, alike prompts together (:func:`omtr.model.batching.alike_chunks`:
+    the samples of one task share their prompt, or most of it, which the forward pass computes once)."""
+    return [[xs[i] for i in c] for c in alike_chunks([prompt_text(x.prompt) for x in xs], n)]
 
