@@ -215,6 +215,14 @@ def engine_compare(model, args) -> dict:
     from omtr.tasks.generators import generate
 
     tasks = generate("blocksworld", max(args.batches), args.seed, min_objects=2, max_objects=3, verify=False)
+    ep_tasks = []
+    if args.episodes:  # drawn first: a request the generator cannot meet fails before the timed part
+        half = args.episodes // 2
+        ep_tasks = generate("blocksworld", args.episodes - half, args.seed + 1, min_objects=2, max_objects=4,
+                            verify=False)
+        ep_tasks += generate("gripper", half, args.seed + 1, min_objects=1, max_objects=3, verify=False)
+        if args.given_domain:
+            ep_tasks = [t.with_given_domain() for t in ep_tasks]
     prompts = [actor_messages(t.for_training()) for t in tasks]
     hf = make_engine("hf", model)
     t0 = time.perf_counter()
@@ -248,10 +256,7 @@ def engine_compare(model, args) -> dict:
                                         temperature=0.7, constraint="plain")
     diff = sum(e - p for g, row in zip(gens, lp.tolist()) for e, p in zip(g.logprobs, row))
     out["engine_kl"] = round(diff / int(mask.sum()), 4)
-    if args.episodes:
-        ep_tasks = generate("blocksworld", args.episodes, args.seed + 1, min_objects=2, max_objects=3, verify=False)
-        if args.given_domain:
-            ep_tasks = [t.with_given_domain() for t in ep_tasks]
+    if ep_tasks:
         from omtr.config import SolverConfig
 
         outcomes, episodes = {}, {}
@@ -304,7 +309,8 @@ def main() -> None:
     ap.add_argument("--batches", type=lambda v: [int(x) for x in v.split(",")], default=[8, 16],
                     help="with --engines: batch sizes (default 8,16)")
     ap.add_argument("--episodes", type=int, default=0,
-                    help="with --engines: greedy BlocksWorld episodes per engine (episodes/min, outcome agreement)")
+                    help="with --engines: greedy episodes per engine, half BlocksWorld (2-4 blocks), half Gripper "
+                         "(1-3 balls): episodes/min and outcome agreement")
     ap.add_argument("--given-domain", action="store_true",
                     help="with --engines --episodes: the episodes' tasks give the reference domain (the Actor writes the problem)")
     args = ap.parse_args()

@@ -94,6 +94,37 @@ def test_identical_prompts_are_prefilled_once_and_sampled_apart(micro):
         assert lp[b, :len(g.token_ids)].tolist() == pytest.approx(g.logprobs, abs=1e-4)
 
 
+def test_rows_of_different_families_are_generated_in_groups_with_the_same_results(micro):
+    """A batch mixing two families (each with its own long demonstration) shares only the system
+    message: the fast engine generates each family's rows as a group, each group's common prefix
+    computed once, with the answers a call per family gives; a batch that shares its prompt is not
+    split, and the answers come back in the prompts' order."""
+    fast = make_engine("fast", micro, quantize=False)
+    demo = {f: " ".join(f"{f} example step {k}: move the {f} thing {k} to place {k + 1}." for k in range(12))
+            for f in ("blocks", "balls")}
+
+    def prompt(f, i):
+        return [{"role": "system", "content": "You write PDDL for planning tasks, carefully."},
+                {"role": "user", "content": f"{demo[f]} Now the task: move {f} item {i} to place {i + 2}."}]
+
+    rows = [prompt("blocks", 0), prompt("balls", 0), prompt("blocks", 1), prompt("balls", 1), prompt("blocks", 2)]
+    sampling = Sampling(greedy=True, max_new_tokens=4)
+    out = fast.generate("actor", rows, sampling, constraint="off")
+    assert fast.last_groups == [3, 2]
+    family = ["blocks", "balls", "blocks", "balls", "blocks"]
+    alone = {f: fast.generate("actor", [r for r, g in zip(rows, family) if g == f], sampling, constraint="off")
+             for f in ("blocks", "balls")}
+    assert fast.last_groups == [2]
+    expect = [alone["blocks"][0], alone["balls"][0], alone["blocks"][1], alone["balls"][1], alone["blocks"][2]]
+    for g, ref in zip(out, expect):
+        assert g.token_ids == ref.token_ids
+        assert max(abs(x - y) for x, y in zip(g.logprobs, ref.logprobs)) < 1e-4
+    policy = micro.generate("actor", rows, sampling, constraint="off")
+    assert [g.token_ids for g in policy] == [g.token_ids for g in out]
+    fast.generate("actor", PROMPTS, sampling, constraint="off")
+    assert fast.last_groups == [3], "prompts that differ only in their last words stay one batch"
+
+
 def test_int8_engine_is_smaller_and_close(micro):
     fast = make_engine("fast", micro)
     fp32 = make_engine("fast", micro, quantize=False)

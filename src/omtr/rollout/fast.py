@@ -2,9 +2,11 @@
 
 What makes it faster than the role model's own ``generate`` on a CPU:
 
-- **Merged weights.** Each generating role's LoRA deltas are added into a copy of the linears it
-  adapts (``W + s·B·A``), so a step runs one matmul per linear instead of three; the role vectors
-  are copied in. Linears no adapter touches are shared by the roles.
+- **Merged weights.** Each generating role's attention adapters are added into a copy of the
+  linears they adapt (``W + s·B·A``), so a step runs one matmul per linear instead of three; the
+  role vectors are copied in. The MLP's linears (most of the backbone) stay one copy shared by the
+  roles, each role's adapters applied beside it as two thin matmuls (``unmerged``), so adapting
+  the MLP does not copy it per role. Linears no adapter touches are shared by the roles.
 - **int8 linears** (``torch.ao`` dynamic quantization: int8 weights, per-row scales, activations
   quantized on the fly), the LM head included: about 5x less time in the vocabulary projection.
   ``quantize=False`` keeps fp32 (then the engine matches the policy to float rounding).
@@ -43,6 +45,10 @@ log = logging.getLogger("omtr.rollout")
 
 SUPPORTED = ("llama", "qwen2")  # model_type values whose decoder this engine reproduces
 BLOCK = 64  # KV cache growth, in tokens
+KEPT_PREFIXES = 4  # stored prompt prefixes per role
+# A decode step of a small batch costs about as much as prefilling this many prompt tokens (SmolLM2
+# on 2 cores: 115-130 ms a step at batch 8, 3-4 ms a prefilled token): the exchange rate of _groups.
+DECODE_STEP_TOKENS = 32
 
 
 class EngineError(ValueError):
@@ -92,6 +98,39 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None, *, copy: bool) -> n
     return lin
 
 
+class _Adapted:
+    """A linear shared by the roles plus one role's LoRA deltas applied on the fly:
+    ``y = base(x) + (x Aᵀ) Bᵀ``, with the modules' A matrices stacked and their B matrices (scaled)
+    on a block diagonal, so a fused slot (gate/up) takes one pair of thin matmuls. The MLP's
+    linears are most of the backbone: merged per role, they would be copied once per role."""
+
+    __slots__ = ("base", "At", "Bt", "out_features")
+
+    def __init__(self, base, mods, role: str):
+        As, blocks, rows = [], [], 0
+        outs = []
+        for mod in mods:
+            lin = mod.base_layer if hasattr(mod, "base_layer") else mod
+            outs.append(lin.weight.shape[0])
+        total_out = sum(outs)
+        for mod, out in zip(mods, outs):
+            if hasattr(mod, "lora_A") and role in mod.lora_A:
+                A = mod.lora_A[role].weight.detach().float()
+                B = mod.lora_B[role].weight.detach().float() * float(mod.scaling[role])
+                block = B.new_zeros((total_out, A.shape[0]))
+                block[rows:rows + out] = B
+                As.append(A)
+                blocks.append(block)
+            rows += out
+        self.base = base
+        self.At = torch.cat(As).t().contiguous()  # [in, sum r]
+        self.Bt = torch.cat(blocks, dim=1).t().contiguous()  # [sum r, out]
+        self.out_features = total_out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + (x @ self.At) @ self.Bt
+
+
 def _stamp(t: torch.Tensor | None):
     """What identifies a tensor's current contents: its storage, in-place version and shape."""
     return None if t is None else (t.data_ptr(), t._version, tuple(t.shape), t.dtype)
@@ -118,7 +157,7 @@ class FastEngine(OverModel):
     engine_name = "fast"
 
     def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
-                 keep_fp32: Sequence[str] = ("down",)):
+                 keep_fp32: Sequence[str] = ("down",), unmerged: Sequence[str] = ("gate_up", "down")):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -128,6 +167,7 @@ class FastEngine(OverModel):
         self.model = model
         self.quantize = quantize
         self.keep_fp32 = tuple(keep_fp32)  # slots (qkv, o, gate_up, down, head) left in fp32
+        self.unmerged = tuple(unmerged)  # slots whose adapters run beside one shared base (_Adapted)
         self.exact = not quantize
         self.threads = threads
         self.H = cfg.hidden_size
@@ -142,13 +182,14 @@ class FastEngine(OverModel):
         self.weights: dict[str, _RoleWeights] = {}
         self._version = None
         self._stale = True
-        self._prefixes: dict[str, tuple[tuple[int, ...], list]] = {}
+        self._prefixes: dict[str, dict[tuple[int, ...], list]] = {}  # role -> prefix tokens -> per-layer K/V
         self._built: dict[tuple, tuple] = {}  # (role or None, layer, slot) -> (source stamps, module)
         self.rebuilt = 0  # linears the last refresh made anew
         self.refresh_s = 0.0
         self.refreshes = 0
         self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
         self.last_masks: list[list] | None = None
+        self.last_groups: list[int] = []  # rows of each group the last generate ran apart (_groups)
         self.refresh()
 
     # ------------------------------------------------------------------ Policy members
@@ -176,9 +217,9 @@ class FastEngine(OverModel):
         touches it, shared otherwise) is keyed by what it is made of: the base weights and, where
         adapted, the role's LoRA A/B and scaling, each by storage and in-place version. With
         ``reuse`` one whose sources did not change since the last refresh is kept as it is: with a
-        frozen backbone an optimizer step re-merges and re-quantizes only the adapted linears
-        (SmolLM2's small profile: q/k/v and o; gate/up, down and the head stay). ``reuse=False``
-        rebuilds everything."""
+        frozen backbone an optimizer step re-merges and re-quantizes only the adapted attention
+        linears and copies the MLP adapters anew (their shared bases and the head stay).
+        ``reuse=False`` rebuilds everything."""
         from peft.tuners.lora import LoraLayer
 
         t0 = time.perf_counter()
@@ -192,28 +233,36 @@ class FastEngine(OverModel):
         def adapted_by(mod, role) -> bool:
             return isinstance(mod, LoraLayer) and role in mod.lora_A and not getattr(mod, "merged", False)
 
-        def make(slot: str, key: tuple, mods, role: str) -> nn.Module:
+        def fetch(key: tuple, stamps: tuple, build):
             nonlocal rebuilt
-            adapted = any(adapted_by(mod, role) for mod in mods)
-            stamps = []
-            for mod in mods:
-                lin = mod.base_layer if isinstance(mod, LoraLayer) else mod
-                stamps += [_stamp(lin.weight), _stamp(lin.bias)]
-                if adapted_by(mod, role):
-                    stamps += [_stamp(mod.lora_A[role].weight), _stamp(mod.lora_B[role].weight),
-                               float(mod.scaling[role])]
-            key = (role if adapted else None, *key)  # unadapted linears are shared by the roles
-            stamps = tuple(stamps)
             hit = built.get(key)
             if hit is None:
                 old = previous.get(key)
                 if old is not None and old[0] == stamps:
                     hit = old
                 else:
-                    hit = (stamps, self._build(slot, mods, role, adapted_by))
+                    hit = (stamps, build())
                     rebuilt += 1
                 built[key] = hit
             return hit[1]
+
+        def make(slot: str, key: tuple, mods, role: str) -> nn.Module:
+            adapted = any(adapted_by(mod, role) for mod in mods)
+            base_stamps, lora_stamps = [], []
+            for mod in mods:
+                lin = mod.base_layer if isinstance(mod, LoraLayer) else mod
+                base_stamps += [_stamp(lin.weight), _stamp(lin.bias)]
+                if adapted_by(mod, role):
+                    lora_stamps += [_stamp(mod.lora_A[role].weight), _stamp(mod.lora_B[role].weight),
+                                    float(mod.scaling[role])]
+            base_stamps = tuple(base_stamps)
+            if not adapted:  # unadapted linears are shared by the roles
+                return fetch((None, *key), base_stamps, lambda: self._build(slot, mods, role, adapted_by))
+            if slot in self.unmerged and not any(getattr(mod, "use_dora", {}).get(role) for mod in mods):
+                base = fetch((None, *key), base_stamps, lambda: self._build(slot, mods, role, lambda m, r: False))
+                return fetch((role, *key), base_stamps + tuple(lora_stamps), lambda: _Adapted(base, mods, role))
+            return fetch((role, *key), base_stamps + tuple(lora_stamps),
+                         lambda: self._build(slot, mods, role, adapted_by))
 
         weights = {}
         for role in GENERATING_ROLES:
@@ -273,6 +322,8 @@ class FastEngine(OverModel):
             if id(mod) in seen:
                 return 0
             seen.add(id(mod))
+            if isinstance(mod, _Adapted):
+                return mod_bytes(mod.base) + 4 * (mod.At.numel() + mod.Bt.numel())
             if isinstance(mod, _Int8Linear):
                 w, b = mod.weight_bias()
                 n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
@@ -369,29 +420,71 @@ class FastEngine(OverModel):
         return rw.head(self._rms(x_last, rw.norm)).float()
 
     def _prefix(self, role: str, rw: _RoleWeights, tokens: list[int]) -> list:
-        """Keys/values of [e_ρ; tokens] as a batch of one, kept while the weights stay."""
-        stored = self._prefixes.get(role)
-        if stored is not None and stored[0] == tuple(tokens):
-            return stored[1]
+        """Keys/values of [e_ρ; tokens] as a batch of one, kept while the weights stay (the last
+        ``KEPT_PREFIXES`` of each role: a batch split by :meth:`_groups` holds one per group)."""
+        kept = self._prefixes.setdefault(role, {})
+        key = tuple(tokens)
+        if key in kept:
+            kept[key] = kept.pop(key)  # most recently used last
+            return kept[key]
         R = rw.role_vectors.shape[0]
         emb = F.embedding(torch.tensor([tokens], dtype=torch.long), rw.embed).float() if tokens else \
             torch.zeros((1, 0, self.H))
         x = torch.cat([rw.role_vectors.unsqueeze(0), emb], dim=1)
         pos = torch.arange(R + len(tokens)).unsqueeze(0)
         _, kv = self._forward(rw, x, pos, None, None, None)
-        self._prefixes[role] = (tuple(tokens), kv)
+        kept[key] = kv
+        while len(kept) > KEPT_PREFIXES:
+            kept.pop(next(iter(kept)))
         return kv
 
     def _shared_len(self, role: str, seqs: list[list[int]]) -> int:
+        """Tokens of the prompt prefix the rows share: a stored prefix of them all, unless their
+        common prefix is longer by ``MIN_SHARED_PREFIX`` tokens or more (then that, stored anew)."""
         shortest = min(len(s) for s in seqs)
-        stored = self._prefixes.get(role)
-        if stored is not None:
-            n = len(stored[0])
-            if n <= shortest - 1 and all(tuple(s[:n]) == stored[0] for s in seqs):
-                return n
         p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else shortest - 1
         p = min(p, shortest - 1)
+        for tokens in sorted(self._prefixes.get(role, {}), key=len, reverse=True):
+            n = len(tokens)
+            if n <= shortest - 1 and all(tuple(s[:n]) == tokens for s in seqs):
+                if p - n < MIN_SHARED_PREFIX:
+                    return n
+                break
         return p if p >= MIN_SHARED_PREFIX else 0
+
+    def _groups(self, seqs: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """The batch's rows split into groups generated one after another, when that is cheaper.
+
+        A batch shares one prompt prefix; rows of different families (each with its demonstration)
+        or different tasks (Editor prompts) share little of it. Prefilled per group, each group's
+        common prefix is computed once, at the price of the groups' decode steps run apart. Rows are
+        grouped by their common prefix (at least ``MIN_SHARED_PREFIX`` tokens beyond the batch's);
+        the split is taken when the prefill tokens it saves exceed ``DECODE_STEP_TOKENS`` x
+        ``max_new_tokens`` for each extra group. Identical prompts always share a group."""
+        B = len(seqs)
+        if B < 2:
+            return [list(range(B))]
+        common = min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1)
+        order = sorted(range(B), key=lambda i: seqs[i])
+        groups: list[list[int]] = [[order[0]]]
+        for i in order[1:]:
+            head = seqs[groups[-1][0]]
+            n = len(os.path.commonprefix([head, seqs[i]]))
+            if n >= common + MIN_SHARED_PREFIX:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        if len(groups) == 1:
+            return [list(range(B))]
+        saved = 0
+        for g in groups:
+            rows = {tuple(seqs[i]) for i in g}
+            shared = min(len(os.path.commonprefix([seqs[i] for i in g])) if len(g) > 1 else 0,
+                         min(len(seqs[i]) for i in g) - 1)
+            saved += (len(rows) - 1) * max(0, shared - common)
+        if saved < DECODE_STEP_TOKENS * max_new_tokens * (len(groups) - 1):
+            return [list(range(B))]
+        return [sorted(g) for g in sorted(groups, key=min)]
 
     # ------------------------------------------------------------------ generation
 
@@ -413,22 +506,41 @@ class FastEngine(OverModel):
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            return self._generate(m, role, prompts, sampling, stop_when, m._constraint(grammar, constraint),
-                                  m._given(domains, len(prompts)), GenerationProgress(role, len(prompts)))
+            mode = m._constraint(grammar, constraint)
+            given = m._given(domains, len(prompts))
+            bar = GenerationProgress(role, len(prompts))
+            seqs = m.encode_prompts(prompts)
+            groups = self._groups(seqs, sampling.max_new_tokens)
+            self.last_groups = [len(g) for g in groups]
+            gens: list = [None] * len(seqs)
+            masks: list = [None] * len(seqs)
+            left = len(seqs)
+            for k, rows in enumerate(groups):
+                left -= len(rows)
+                seed = None if sampling.seed is None else sampling.seed + k  # groups draw apart
+                sub = self._generate(m, role, [seqs[i] for i in rows], sampling, seed, stop_when, mode,
+                                     [given[i] for i in rows] if given else None, bar, left)
+                for j, i in enumerate(rows):
+                    gens[i] = sub[j]
+                    if self.last_masks is not None:
+                        masks[i] = self.last_masks[j]
+            bar.close()
+            self.last_masks = masks if self.record_masks and mode != "off" else None
+            return gens
         finally:
             if self.threads:
                 torch.set_num_threads(prev_threads)
 
-    def _generate(self, m, role, prompts, sampling, stop_when, mode, given, bar) -> list[Generation]:
+    def _generate(self, m, role, seqs, sampling, seed, stop_when, mode, given, bar, waiting) -> list[Generation]:
+        """One group's generation (``waiting``: rows of later groups, counted as running)."""
         rw = self.weights[role]
         g = m.grammar if mode != "off" else None
         pieces = m.pieces
         eos = m.tokenizer.eos_token_id
         pad = m.tokenizer.pad_token_id
         rng = torch.Generator(device="cpu")
-        rng.manual_seed(sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(7), "little"))
+        rng.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "little"))
         temperature = 1.0 if sampling.greedy else sampling.temperature
-        seqs = m.encode_prompts(prompts)
         B = len(seqs)
         R = rw.role_vectors.shape[0]
 
@@ -515,7 +627,7 @@ class FastEngine(OverModel):
                     keep.append(row)
                     continue
                 decode_ms[i] = 1000 * (now - t1)
-            bar.step(len(active), len(keep))
+            bar.step(len(active), len(keep) + waiting)
             if not keep:
                 break
             if len(keep) < len(active):
@@ -531,7 +643,6 @@ class FastEngine(OverModel):
             h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
             logits = self._logits(rw, h[:, -1])
             next_pos = next_pos + 1
-        bar.close()
         self.last_masks = masks
         gens = []
         for i in range(B):
