@@ -9,20 +9,27 @@ another seed and the generator's ``test`` split (disjoint instance signatures, n
 sizes ``--min-objects``..``--max-objects``. ``--mode given`` gives each task the family's domain
 (the Actor writes the problem); ``--mode full`` asks for both.
 
-The held-out tasks are evaluated before training and after each condition (``--conditions``:
-``binary``, the paper's reward, and ``shaped``, the diagnostic ladder), each condition starting from
-the same initial weights and training for ``--minutes`` of wall time (or ``--updates``) with the
-``small`` training profile's recipe (``omtr.rl.config``: group advantages over
-``samples_per_task`` samples at temperature 0.7, dynamic sampling, the gated Judge term, a
+The held-out tasks are evaluated before training and after each condition (``--conditions``, outcome
+scores of ``omtr.rl.rewards``: ``nontrivial``, the default, is the paper's ``binary`` except that a
+solved spec with an empty plan scores 0; ``binary`` and ``shaped`` can be asked for), each condition
+starting from the same initial weights and training for ``--minutes`` of wall time (or
+``--updates``) with the ``small`` training profile's recipe (``omtr.rl.config``: group advantages
+over ``samples_per_task`` samples at temperature 0.7, dynamic sampling, the gated Judge term, a
 curriculum by object count), through ``omtr.rl.trainer.Trainer``, the code ``omtr train`` runs.
 
 Evaluation, per held-out task: greedy at each budget in ``--budgets`` (1: the Actor's spec alone;
-6: the Actor and up to 5 Editor repairs) and pass@k (``--pass-k`` samples at 0.7, budget 1).
-Reported: success rates with 95% bootstrap intervals over tasks, the paired gain (after - before)
-with its bootstrap interval, categories, the training curve, seconds; ``OUT/learning.json`` and
-``OUT/learning_curve.png`` (copied to ``--results`` as ``learning-<mode>-<date>.*``). Reference PDDL
-is used only to generate tasks and, in the given mode, as the given domain; the trainer reads the
-training file through ``omtr.tasks.training`` and never sees a reference.
+6: the Actor and up to 5 Editor repairs) and pass@k (``--pass-k`` samples at 0.7, budget 1). Each
+answer is graded ``faithful`` (the checker finds it equivalent to the reference), ``unfaithful``
+(solved with a plan, another task), ``empty`` (solved with an empty plan: the goal holds in the
+spec's own initial state) or its failure's category, and three rates are reported: ``success`` (the
+paper's planner success: any of the three solved grades), ``nontrivial`` (solved with a plan) and
+``faithful``. An untrained SmolLM2 "solves" nearly every domain-given task with a degenerate spec,
+which is why planner success alone says little here. Reported: the rates with 95% bootstrap
+intervals over tasks, the paired gain (after - before) with its bootstrap interval, grades, the
+training curve, seconds; ``OUT/learning.json`` and ``OUT/learning_curve.png`` (copied to
+``--results`` as ``learning-<mode>-<date>.*``). Reference PDDL is used only to generate tasks, in
+the given mode as the given domain, and by the checker when grading held-out answers; the trainer
+reads the training file through ``omtr.tasks.training`` and never sees a reference.
 """
 
 from __future__ import annotations
@@ -70,14 +77,42 @@ def make_tasks(args, out: Path):
         train, test = [t.with_given_domain() for t in train], [t.with_given_domain() for t in test]
     write_tasks(out / "train.jsonl", train)
     write_tasks(out / "test.jsonl", test)
-    return load_training_tasks(out / "train.jsonl"), load_training_tasks(out / "test.jsonl")
+    # The trainer and the policies see the tasks through omtr.tasks.training (no reference); the
+    # held-out references stay here, for the faithfulness check of evaluation.
+    return load_training_tasks(out / "train.jsonl"), load_training_tasks(out / "test.jsonl"), test
 
 
-def evaluate(model, tasks, pool, args) -> dict:
-    """Per held-out task: the greedy outcome at each budget, and pass@k (k samples at 0.7, budget 1)."""
+def grade(task, ep) -> str:
+    """``faithful``, ``unfaithful`` (solved with a plan, not the task), ``empty`` (solved with an
+    empty plan: the goal holds in the spec's own initial state) or the failure's category."""
+    from omtr.evaluation.run import faithfulness
+    from omtr.rl.rewards import outcome
+
+    f = ep.final
+    if f is None:
+        return "syntax"
+    o = outcome(f.verdict)
+    if o != "success":
+        return o
+    if not f.verdict.plan:
+        return "empty"
+    rep = faithfulness(task, {"success": True, "domain": f.domain, "problem": f.problem, "plan": f.verdict.plan})
+    return "faithful" if rep.get("faithful") else "unfaithful"
+
+
+SOLVED = ("faithful", "unfaithful", "empty")  # the planner's success, whatever the spec asks for
+MEASURES = {  # what counts as a success for each reported rate
+    "success": SOLVED,  # the paper's planner success
+    "nontrivial": ("faithful", "unfaithful"),  # solved with a plan of at least one action
+    "faithful": ("faithful",),  # the checker: equivalent to the reference (evaluation only)
+}
+
+
+def evaluate(model, tasks, refs, pool, args) -> dict:
+    """Per held-out task: the greedy outcome at each budget, and pass@k (k samples at 0.7, budget 1),
+    graded by :func:`grade` (``refs``: the same tasks with their references, for the checker)."""
     from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
-    from omtr.rl.rewards import outcome
     from omtr.rollout import make_engine
 
     model.eval()
@@ -87,19 +122,26 @@ def evaluate(model, tasks, pool, args) -> dict:
     for b in args.budgets:
         eps = run_episodes(tasks, engine, pool, budget=b, judge=False, batch_size=args.eval_batch,
                            sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
-        out[f"b{b}"] = [outcome(e.final.verdict) if e.final is not None else "syntax" for e in eps]
+        out[f"b{b}"] = [grade(r, e) for r, e in zip(refs, eps)]
         out[f"b{b}_calls"] = sum(e.planner_calls for e in eps)
-        log.info("  budget %d: %d/%d solved", b, out[f"b{b}"].count("success"), len(tasks))
+        g = out[f"b{b}"]
+        log.info("  budget %d: %d/%d solved (%d with an empty plan), %d faithful", b, sum(x in SOLVED for x in g),
+                 len(tasks), g.count("empty"), g.count("faithful"))
     if args.pass_k:
         reps = [t for t in tasks for _ in range(args.pass_k)]
         eps = run_episodes(reps, engine, pool, budget=1, judge=False, batch_size=args.eval_batch,
                            sampling=Sampling(greedy=False, temperature=0.7, max_new_tokens=args.max_new_tokens,
                                              seed=args.seed + 99))
-        wins = [e.success for e in eps]
-        out["pass_k"] = [any(wins[i * args.pass_k:(i + 1) * args.pass_k]) for i in range(len(tasks))]
-        out["sample_success"] = sum(wins) / max(1, len(wins))
-        log.info("  pass@%d: %d/%d tasks, %.2f of samples", args.pass_k, sum(out["pass_k"]), len(tasks),
-                 out["sample_success"])
+        grades = [grade(refs[i // args.pass_k], e) for i, e in enumerate(eps)]
+        out["samples"] = grades
+        for name, ok in MEASURES.items():
+            wins = [g in ok for g in grades]
+            out[f"pass_k_{name}"] = [any(wins[i * args.pass_k:(i + 1) * args.pass_k]) for i in range(len(tasks))]
+            out[f"sample_{name}"] = sum(wins) / max(1, len(wins))
+        log.info("  pass@%d: %d/%d tasks solved, %d with a plan, %d faithful; of the samples %.2f solved, %.2f with "
+                 "a plan, %.2f faithful", args.pass_k, sum(out["pass_k_success"]), len(tasks),
+                 sum(out["pass_k_nontrivial"]), sum(out["pass_k_faithful"]), out["sample_success"],
+                 out["sample_nontrivial"], out["sample_faithful"])
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
@@ -108,22 +150,25 @@ def summarise(ev: dict, args) -> dict:
     s: dict = {"seconds": ev["seconds"]}
     for b in args.budgets:
         xs = ev[f"b{b}"]
-        s[f"b{b}"] = {"success": bootstrap_ci([float(o == "success") for o in xs]),
-                      "categories": {c: xs.count(c) for c in CATS if xs.count(c)}, "calls": ev[f"b{b}_calls"]}
-    if "pass_k" in ev:
-        s[f"pass@{args.pass_k}"] = bootstrap_ci([float(x) for x in ev["pass_k"]])
-        s["sample_success"] = round(ev["sample_success"], 4)
+        s[f"b{b}"] = {name: bootstrap_ci([float(o in ok) for o in xs]) for name, ok in MEASURES.items()}
+        s[f"b{b}"]["grades"] = {c: xs.count(c) for c in SOLVED + CATS[1:] if xs.count(c)}
+        s[f"b{b}"]["calls"] = ev[f"b{b}_calls"]
+    if "pass_k_success" in ev:
+        s[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(x) for x in ev[f"pass_k_{name}"]]) for name in MEASURES}
+        s["samples"] = {name: round(ev[f"sample_{name}"], 4) for name in MEASURES}
     return s
 
 
 def paired(before: dict, after: dict, args) -> dict:
-    """after - before per task (success 0/1), with a paired bootstrap interval."""
-    out = {}
+    """after - before per task (0/1 for each measure), with a paired bootstrap interval."""
+    out: dict = {}
     for b in args.budgets:
-        out[f"b{b}"] = bootstrap_ci([float(a == "success") - float(o == "success")
-                                     for o, a in zip(before[f"b{b}"], after[f"b{b}"])])
-    if "pass_k" in before:
-        out[f"pass@{args.pass_k}"] = bootstrap_ci([float(a) - float(o) for o, a in zip(before["pass_k"], after["pass_k"])])
+        out[f"b{b}"] = {name: bootstrap_ci([float(a in ok) - float(o in ok) for o, a in zip(before[f"b{b}"], after[f"b{b}"])])
+                        for name, ok in MEASURES.items()}
+    if "pass_k_success" in before:
+        out[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(a) - float(o) for o, a in
+                                                          zip(before[f"pass_k_{name}"], after[f"pass_k_{name}"])])
+                                      for name in MEASURES}
     return out
 
 
@@ -172,7 +217,7 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32, help="held-out tasks (split over the families)")
     ap.add_argument("--minutes", type=float, default=30.0, help="training wall time per condition (0: --updates)")
     ap.add_argument("--updates", type=int, default=200, help="updates per condition at most")
-    ap.add_argument("--conditions", default="binary,shaped",
+    ap.add_argument("--conditions", default="nontrivial",
                     help="rewards to train with, each from the start ('' : evaluate the untrained model only)")
     ap.add_argument("--budgets", type=lambda v: [int(x) for x in v.split(",")], default=[1, 6],
                     help="greedy evaluation budgets (planner calls per task; default 1,6)")
@@ -209,7 +254,7 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="omtr-learning-"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    train_tasks, test_tasks = make_tasks(args, out)
+    train_tasks, test_tasks, test_refs = make_tasks(args, out)
     log.info("%d training and %d held-out tasks (%s mode) in %s", len(train_tasks), len(test_tasks), args.mode, out)
     model = build_model("small")
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -228,7 +273,7 @@ def main() -> None:
             log.info("held-out tasks before training: reused from %s", args.reuse_before)
         else:
             log.info("held-out tasks before training:")
-            before = evaluate(model, test_tasks, pool, args)
+            before = evaluate(model, test_tasks, test_refs, pool, args)
         result["before"] = summarise(before, args)
         result["before_outcomes"] = before
         save()  # kept if the run is cut short
@@ -236,7 +281,7 @@ def main() -> None:
             log.info("training with the %s reward", cond)
             tr, secs, stopped = train(model, init, train_tasks, pool, cond, args, out)
             log.info("held-out tasks after %d updates (%s):", tr.update, cond)
-            after = evaluate(model, test_tasks, pool, args)
+            after = evaluate(model, test_tasks, test_refs, pool, args)
             result["conditions"][cond] = {
                 "updates": tr.update, "train_seconds": secs, "episodes": tr.episodes_done,
                 "planner_calls": tr.planner_calls, "after": summarise(after, args), "gain": paired(before, after, args),
@@ -269,21 +314,23 @@ def plot(result: dict, args, path: Path) -> None:
         xs = [c["update"] for c in r["curve"]]
         ax[0].plot(xs, [c.get("success_rate") for c in r["curve"]], marker="o", label=f"{cond}: rollout success")
         ax[0].plot(xs, [c.get("mean_ladder_actor") for c in r["curve"]], ls="--", label=f"{cond}: Actor ladder")
+        ax[0].plot(xs, [c.get("reward_actor") for c in r["curve"]], ls=":", label=f"{cond}: Actor reward")
     ax[0].set_xlabel("update")
     ax[0].set_ylim(0, 1.05)
     ax[0].set_title(f"training rollouts ({args.mode} mode)")
     ax[0].legend(fontsize=7)
-    metrics = [f"b{b}" for b in args.budgets] + ([f"pass@{args.pass_k}"] if args.pass_k else [])
+    metrics = [(f"b{b}", name) for b in args.budgets for name in MEASURES]
+    metrics += [(f"pass@{args.pass_k}", name) for name in MEASURES] if args.pass_k else []
     names = ["before"] + list(result["conditions"])
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         s = result["before"] if name == "before" else result["conditions"][name]["after"]
-        vals = [s[m]["success"] if m.startswith("b") else s[m] for m in metrics]
+        vals = [s[m][measure] for m, measure in metrics]
         xs = [j + i * width for j in range(len(metrics))]
         ax[1].bar(xs, [v[0] for v in vals], width, label=name,
                   yerr=[[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]], capsize=3)
     ax[1].set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(metrics))])
-    ax[1].set_xticklabels(["greedy, budget " + m[1:] if m.startswith("b") else m for m in metrics])
+    ax[1].set_xticklabels([f"{m}\n{measure}" for m, measure in metrics], fontsize=7)
     ax[1].set_ylim(0, 1.05)
     ax[1].set_title(f"held-out success, {len(result['before_outcomes']['tasks'])} tasks (95% CI)")
     ax[1].legend(fontsize=7)

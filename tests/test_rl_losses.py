@@ -125,6 +125,12 @@ def test_outcome_scores_and_role_rewards():
     texts = [""] * len(vs)
     assert OUTCOME_SCORES["binary"](texts, verdicts=vs) == [1.0, 0.0, 0.0, 0.0, 0.0, None, None]
     assert OUTCOME_SCORES["shaped"](texts, verdicts=vs) == [1.0, 0.0, 0.4, 0.6, 0.8, None, None]
+    # nontrivial: the paper's binary, but a solved spec whose plan is empty (its goal already holds
+    # in its own initial state) earns nothing
+    solved = [_v(True, plan=["(pick-up a)"]), _v(True, plan=[]), _v(cat=Category.SYNTAX),
+              _v(True, plan=[], timed_out=True)]
+    assert OUTCOME_SCORES["nontrivial"]([""] * 4, verdicts=solved) == [1.0, 0.0, 0.0, None]
+    assert OUTCOME_SCORES["binary"]([""] * 4, verdicts=solved) == [1.0, 1.0, 0.0, None]
     ladder = [LADDER[k] for k in ("syntax", "object_type", "predicate_schema", "precondition_effect",
                                   "unreachable_search", "success")]
     assert ladder == sorted(ladder) and len(set(ladder)) == len(ladder)

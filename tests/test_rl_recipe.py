@@ -169,6 +169,7 @@ def test_recipe_settings_are_checked_and_the_paper_has_no_kl_and_zero_for_time_o
     assert small.advantage == "group" and small.samples_per_task >= 4 and small.dynamic_sampling
     assert small.judge_gate_auc > 0.5 and small.curriculum and not small.whiten_advantages
     assert small.ppo_epochs * small.minibatches > 1  # the clip can act
+    assert small.reward == "nontrivial" and paper.reward == "binary"  # empty plans earn nothing in the recipe
 
 
 # ------------------------------------------------------------------ through the trainer (micro)

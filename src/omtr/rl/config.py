@@ -63,7 +63,9 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- rewards
     reward: str = _f("binary", "Outcome score of a verdict, by name: binary (the paper: success 1, else 0) "
-                               "or shaped (how far up the diagnostic ladder the spec got); see omtr.rl.rewards.")
+                               "nontrivial (binary, but a solved spec with an empty plan scores 0: its goal "
+                               "already holds) or shaped (how far up the diagnostic ladder the spec got); see "
+                               "omtr.rl.rewards.")
     judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
@@ -301,9 +303,13 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6) and its loss
     # on 16 balanced Actor specs a batch (a whole prompt's forward and backward each), tasks of
     # up to 2 objects first (the cap rises as the rollouts succeed), the fast rollout engine.
-    # LoRA on attention and MLP comes with the `small` model profile. 4 updates of 2 tasks x 8 samples
+    # LoRA on attention and MLP comes with the `small` model profile. The reward is `nontrivial`:
+    # the paper's binary, but a solved spec with an empty plan scores 0 (the untrained model
+    # "solves" almost every domain-given task with a spec whose goal already holds, so binary gives
+    # every sample of a group the same reward). 4 updates of 2 tasks x 8 samples
     # by default (one update of 4 x 8 with an Editor turn took 27 min on a shared 2-core machine).
-    "small": TrainConfig(profile="small", model="small", cycles=2, updates_per_cycle=2, episodes_per_batch=16,
+    "small": TrainConfig(profile="small", model="small", reward="nontrivial", cycles=2, updates_per_cycle=2,
+                         episodes_per_batch=16,
                          samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
                          judge_gate_auc=0.6, judge_items_per_update=16, lr=2e-4, ppo_epochs=1, minibatches=2,

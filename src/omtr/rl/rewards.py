@@ -12,8 +12,10 @@ does not need. The trainer builds the paper's role rewards on top of the score:
 * Actor: ``R_A = score(y0) + w_J * s_J(x, y0)``;
 * Editor: ``R_E = score(y_T) - c * T``, credited to its T steps with discount gamma.
 
-``binary`` is the paper's reward (``b = 1`` iff the planner accepts the spec). ``shaped`` scores
-how far up the diagnostic ladder a spec got; it reads only the verdict, so it is still
+``binary`` is the paper's reward (``b = 1`` iff the planner accepts the spec). ``nontrivial`` is
+``binary`` without the cheapest degenerate spec: a solved spec whose plan is empty (its goal already
+holds in its own initial state) scores 0. ``shaped`` scores how far up the diagnostic ladder a spec
+got. All three read only the verdict (the plan is the planner's own output), so they stay
 annotation-free. Register more with :func:`register_outcome_score`.
 """
 
@@ -58,6 +60,15 @@ def outcome(v: Verdict) -> str:
 def binary_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], **_) -> list[float | None]:
     """1 when the planner accepts the spec (VAL-checked plan), else 0; None for limited verdicts."""
     return [None if v.limited else (1.0 if v.success else 0.0) for v in verdicts]
+
+
+@register_outcome_score("nontrivial")
+def nontrivial_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], **_) -> list[float | None]:
+    """``binary``, except that a solved spec with an empty plan scores 0: its goal holds in its
+    initial state, so the spec asks for nothing (an untrained SmolLM2 writes such specs for most
+    domain-given tasks: one object named after the domain, a goal copied from the init). None for
+    limited verdicts."""
+    return [None if v.limited else (1.0 if v.success and v.plan else 0.0) for v in verdicts]
 
 
 @register_outcome_score("shaped")
