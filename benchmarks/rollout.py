@@ -207,7 +207,7 @@ def engine_compare(model, args) -> dict:
     import torch
 
     from omtr.inference.episode import run_episodes
-    from omtr.inference.extract import spec_complete
+    from omtr.inference.extract import problem_complete, spec_complete
     from omtr.inference.policy import Sampling
     from omtr.inference.prompts import actor_messages
     from omtr.rollout import make_engine
@@ -249,6 +249,29 @@ def engine_compare(model, args) -> dict:
                        "new_tokens_per_s": round(new / wall, 1), "new_tokens": new}
                 out["rows"].append(row)
                 print(f"[rollout] {row}", file=sys.stderr, flush=True)
+    # A batch that mixes families (each prompt with its family's demonstration and given domain)
+    # shares only the system message: the fast engine generates it in groups, one per family;
+    # side by side, the same batch as one group.
+    mixed = [t.with_given_domain() for t in generate("blocksworld", max(args.batches) // 2, args.seed + 2, min_objects=3,
+                                                     max_objects=4, verify=False)]
+    mixed += [t.with_given_domain() for t in generate("gripper", max(args.batches) // 2, args.seed + 2, min_objects=2,
+                                                      max_objects=3, verify=False)]
+    mixed_prompts = [actor_messages(t.for_training()) for t in mixed]
+    mixed_domains = [t.domain for t in mixed]
+    grouped = fast._groups
+    for name, split in (("grouped", True), ("one batch", False)):
+        if not split:
+            fast._groups = lambda seqs, n: [list(range(len(seqs)))]
+        t = time.perf_counter()
+        gens = fast.generate("actor", mixed_prompts, greedy, stop_when=problem_complete, constraint="scoped",
+                             domains=mixed_domains)
+        wall = time.perf_counter() - t
+        fast._groups = grouped
+        row = {"mixed_families": name, "batch": len(mixed), "groups": fast.last_groups, "wall_s": round(wall, 1),
+               "prefill_s": round(sum({g.timings["prefill_ms"] for g in gens}) / 1000, 2),
+               "new_tokens_per_s": round(sum(len(g.token_ids) for g in gens) / wall, 1)}
+        out["rows"].append(row)
+        print(f"[rollout] {row}", file=sys.stderr, flush=True)
     sampled = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=1)
     gens = fast.generate("actor", prompts[:args.batches[0]], sampled, stop_when=spec_complete, constraint="plain")
     with torch.no_grad():
