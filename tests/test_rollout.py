@@ -137,6 +137,21 @@ def test_int8_engine_is_smaller_and_close(micro):
     assert abs(kl) < 0.1
 
 
+def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
+    """A slot kept in fp32 whose adapters run beside it (the MLP's down projection by default) is the
+    policy's weight itself, not a copy, and is not counted as the engine's memory."""
+    fast = make_engine("fast", micro)
+    dec = getattr(micro.base_model, micro.base_model.base_model_prefix)
+    own = {p.data_ptr() for p in micro.base_model.parameters()}
+    for L, layer in zip(fast.weights["actor"].layers, dec.layers):
+        down = getattr(L.down, "base", L.down)
+        policy_down = getattr(layer.mlp.down_proj, "base_layer", layer.mlp.down_proj)
+        assert down.weight.data_ptr() == policy_down.weight.data_ptr()
+        assert L.qkv.weight_bias()[0].int_repr().data_ptr() not in own  # a merged, quantized slot is the engine's
+    quantized = make_engine("fast", micro, keep_fp32=())  # down in int8: the engine's own, 1 byte a weight
+    assert fast.memory_bytes() < quantized.memory_bytes()
+
+
 def test_masks_identical_across_engines(micro):
     """The bitmask rows the fast engine applied are those the policy rebuilds for the same tokens."""
     fast = make_engine("fast", micro)

@@ -310,13 +310,17 @@ class FastEngine(OverModel):
         quantize = self.quantize and slot not in self.keep_fp32
         if quantize:
             return _Int8Linear(weight, bias)
-        return _linear(weight, bias, copy=True)  # the tensors may be the policy's own
+        # Merged or concatenated weights are new tensors; a single fp32 linear with nothing merged in
+        # is the policy's own tensor, shared, not copied (a refresh rebuilds the engine's linears
+        # when the policy's weights change; a frozen backbone never does).
+        return _linear(weight, bias, copy=False)
 
     def memory_bytes(self) -> int:
         """Bytes of the weights this engine holds beyond the policy's (merged and quantized copies,
         norms, role vectors); the embedding table is the policy's own."""
         seen: set[int] = set()
         total = 0
+        own = {p.data_ptr() for p in self.model.base_model.parameters()}
 
         def mod_bytes(mod) -> int:
             if id(mod) in seen:
@@ -329,7 +333,7 @@ class FastEngine(OverModel):
                 n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
                     torch.per_channel_affine, torch.per_channel_symmetric) else 8)
                 return n + (b.numel() * 4 if b is not None else 0)
-            return sum(p.numel() * p.element_size() for p in mod.parameters())
+            return sum(p.numel() * p.element_size() for p in mod.parameters() if p.data_ptr() not in own)
 
         for rw in self.weights.values():
             for L in rw.layers:
