@@ -116,6 +116,35 @@ def test_the_curriculum_starts_small_and_rises_a_level_when_the_cap_is_mastered(
     assert off.eligible(tasks) == tasks and off.final
 
 
+@pytest.mark.parametrize("plan,cap", [([], 1), (["(stack a b)"], 2)])
+def test_the_curriculum_counts_only_what_the_reward_counts_as_success(tmp_path, plan, cap):
+    """Under the nontrivial reward a planner's success with an empty plan is not mastery: rollouts
+    whose every spec was "solved" that way leave the curriculum at its first level; with a plan it
+    moves on. The trainer's own bookkeeping on hand-made episodes (micro's specs never parse)."""
+    import torch
+
+    from omtr.inference.episode import Episode, Step
+    from omtr.model import build_model
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.solver.verdict import Verdict
+
+    torch.set_num_threads(1)
+    tasks = [TrainingTask("a1", "blocksworld", None, "Stack a on b.", {"n_objects": 1}),
+             TrainingTask("b2", "blocksworld", None, "Stack c on d.", {"n_objects": 2})]
+    cfg = train_profile("micro").replace(curriculum=True, curriculum_start=1, curriculum_advance_at=0.5,
+                                         use_judge=False, reward="nontrivial", mlflow=False)
+    tr = Trainer(cfg, tasks, tmp_path / "run", env=object(), quiet=True, model=build_model("micro"))
+    assert tr.curriculum.cap == 1
+    solved = Verdict(success=True, plan=list(plan), plan_length=len(plan), stage="done")
+    episodes = [Episode(tasks[0], budget=1, steps=[Step("actor", 0, "spec", "(define)", "(define)", solved)])
+                for _ in range(4)]
+    assert all(e.success for e in episodes)
+    out = tr._observe_recipe(episodes, False, 0, 0)
+    assert out["curriculum_cap"] == 1.0  # the cap these rollouts ran under
+    assert tr.curriculum.cap == cap
+
+
 def test_the_curriculum_starts_at_the_smallest_level_when_every_task_is_larger():
     cur = Curriculum([_task(0, 5), _task(1, 3)], enabled=True, start=2)
     assert cur.cap == 3

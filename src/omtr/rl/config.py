@@ -44,7 +44,8 @@ class TrainConfig:
     dynamic_sampling_rounds: int = _f(3, "With dynamic_sampling: rollout rounds per update at most (the first plus "
                                          "replacements); an update trains on the groups with signal it found.")
     curriculum: bool = _f(False, "Admit tasks by object count (meta n_objects), smallest first; the cap rises one "
-                                 "level when the rollouts of tasks at the cap succeed at curriculum_advance_at.")
+                                 "level when the rollouts of tasks at the cap succeed at curriculum_advance_at (a success "
+                                 "the reward counts in full: under nontrivial, not one with an empty plan).")
     curriculum_start: int = _f(2, "With curriculum: the first cap on a task's object count.")
     curriculum_advance_at: float = _f(0.5, "With curriculum: rollout success rate at the cap that raises it.")
     max_repairs: int = _f(_EP.max_repairs, "H_max: Editor turns after the Actor's spec; K = H_max + 1 planner calls.")

@@ -386,7 +386,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         cfg = self.cfg
         mine = {"judge": [(e.judge_score, e.actor_success) for e in episodes
                           if e.judge_score is not None and e.steps and not e.steps[0].verdict.limited],
-                "tasks": [(object_count(e.task), e.success) for e in episodes]}
+                "tasks": [(object_count(e.task), ok) for e, ok in zip(episodes, self._rewarded(episodes))]}
         parts = self.coll.gather(mine) if self.coll.active else [mine]
         judged = [x for p in parts for x in p["judge"]]
         out: dict[str, float] = {}
@@ -405,6 +405,19 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             k, n = (self.coll.sum([kept, rolled]) if self.coll.active else (kept, rolled))
             out["groups_with_signal"], out["groups_rolled_out"] = float(k), float(n)
         return out
+
+    def _rewarded(self, episodes: list[Episode]) -> list[bool]:
+        """Whether each episode ended in a success its reward counts in full: the planner accepted
+        the final spec and the outcome score gives it 1 (under ``nontrivial`` a solved spec with an
+        empty plan does not count, so degenerate specs do not move the curriculum on)."""
+        last = [(n, e.steps[-1]) for n, e in enumerate(episodes) if e.steps]
+        if not last:
+            return [False] * len(episodes)
+        scores = self.score([s.text for _, s in last], verdicts=[s.verdict for _, s in last],
+                            token_ids=[s.token_ids for _, s in last], roles=[s.role for _, s in last],
+                            task_ids=[episodes[n].task.id for n, _ in last])
+        full = {n: (sc or 0.0) >= 1.0 for (n, _), sc in zip(last, scores)}
+        return [e.success and full.get(n, False) for n, e in enumerate(episodes)]
 
     # ------------------------------------------------------------------ episode log
     def _episode_log(self, episodes, items, first) -> tuple[Path | None, dict]:
