@@ -64,6 +64,14 @@ class JudgeItem:
 
 # ---------------------------------------------------------------------------------------- rewards
 
+def step_scores(score: Callable, episodes: list[Episode], steps: list[tuple[int, object]]) -> list[float | None]:
+    """The outcome score of each ``(episode position, step)`` pair, given every column a score may
+    ask for by name (see :mod:`omtr.rl.rewards`)."""
+    return score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
+                 token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
+                 task_ids=[episodes[n].task.id for n, _ in steps])
+
+
 def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score: Callable, update: int, *,
                    judge_term: bool | None = None) -> tuple[list[StepItem], list[JudgeItem]]:
     """The episodes' steps with their rewards (``R_A`` with ``s_J`` when ``judge_term``, default
@@ -73,9 +81,7 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
     if judge_term is None:
         judge_term = cfg.use_judge
     steps = [(n, s) for n, ep in enumerate(episodes) for s in ep.steps]
-    scores = score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
-                   token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
-                   task_ids=[episodes[n].task.id for n, _ in steps])
+    scores = step_scores(score, episodes, steps)
     if cfg.limited_reward == "zero":
         scores = [0.0 if sc is None and s.verdict.limited else sc for (_, s), sc in zip(steps, scores)]
     score_of = {(n, s.index): sc for (n, s), sc in zip(steps, scores)}

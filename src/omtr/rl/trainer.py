@@ -67,7 +67,7 @@ from omtr.rl.engine import TrainModules, make_backend
 from omtr.rl.metrics import MetricsMixin
 from omtr.rl.recipe import Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
-from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, rewarded_items, select_groups
+from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, rewarded_items, select_groups, step_scores
 from omtr.rl.update import UpdateMixin
 from omtr.tasks.training import TrainingTask
 
@@ -413,9 +413,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         last = [(n, e.steps[-1]) for n, e in enumerate(episodes) if e.steps]
         if not last:
             return [False] * len(episodes)
-        scores = self.score([s.text for _, s in last], verdicts=[s.verdict for _, s in last],
-                            token_ids=[s.token_ids for _, s in last], roles=[s.role for _, s in last],
-                            task_ids=[episodes[n].task.id for n, _ in last])
+        scores = step_scores(self.score, episodes, last)
         full = {n: (sc or 0.0) >= 1.0 for (n, _), sc in zip(last, scores)}
         return [e.success and full.get(n, False) for n, e in enumerate(episodes)]
 

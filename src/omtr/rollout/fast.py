@@ -86,15 +86,13 @@ class _Int8Linear:
         return torch.ops.quantized.linear_unpack(self._packed)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, *, copy: bool) -> nn.Linear:
-    """An fp32 ``nn.Linear`` around ``weight``/``bias``, copied when ``copy``, without the random
-    initialisation of a fresh layer."""
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    """An fp32 ``nn.Linear`` around ``weight``/``bias`` themselves (no copy: a policy's own fp32
+    tensor stays shared), without the random initialisation of a fresh layer."""
     lin = torch.nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None)
-    w = weight.detach().float()
-    lin.weight = nn.Parameter(w.clone() if copy else w, requires_grad=False)
+    lin.weight = nn.Parameter(weight.detach().float(), requires_grad=False)
     if bias is not None:
-        b = bias.detach().float()
-        lin.bias = nn.Parameter(b.clone() if copy else b, requires_grad=False)
+        lin.bias = nn.Parameter(bias.detach().float(), requires_grad=False)
     return lin
 
 
@@ -313,7 +311,7 @@ class FastEngine(OverModel):
         # Merged or concatenated weights are new tensors; a single fp32 linear with nothing merged in
         # is the policy's own tensor, shared, not copied (a refresh rebuilds the engine's linears
         # when the policy's weights change; a frozen backbone never does).
-        return _linear(weight, bias, copy=False)
+        return _linear(weight, bias)
 
     def memory_bytes(self) -> int:
         """Bytes of the weights this engine holds beyond the policy's (merged and quantized copies,
