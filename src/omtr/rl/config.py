@@ -65,8 +65,9 @@ class TrainConfig:
     # ---------------------------------------------------------------- rewards
     reward: str = _f("binary", "Outcome score of a verdict, by name: binary (the paper: success 1, else 0) "
                                "nontrivial (binary, but a solved spec with an empty plan scores 0: its goal "
-                               "already holds) or shaped (how far up the diagnostic ladder the spec got); see "
-                               "omtr.rl.rewards.")
+                               "already holds), shaped (how far up the diagnostic ladder the spec got) or grounded "
+                               "(half nontrivial, half how well the problem's atoms line up with the facts the "
+                               "task's English states; never a reference); see omtr.rl.rewards.")
     judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")

@@ -6,7 +6,8 @@ An *outcome score* turns the planner's verdicts into numbers::
 
 ``None`` means "no reward": a verdict decided by a limit (time, memory, size; ``verdict.limited``)
 says nothing about the spec, so it is logged and skipped, never counted as a failure. Extra
-columns (``token_ids``, ``task_ids``, ``roles``) are passed by name; a score ignores what it
+columns (``token_ids``, ``task_ids``, ``roles``, ``nls``: the tasks' English, ``problems``: the
+problems extracted from the completions) are passed by name; a score ignores what it
 does not need. The trainer builds the paper's role rewards on top of the score:
 
 * Actor: ``R_A = score(y0) + w_J * s_J(x, y0)``;
@@ -15,8 +16,11 @@ does not need. The trainer builds the paper's role rewards on top of the score:
 ``binary`` is the paper's reward (``b = 1`` iff the planner accepts the spec). ``nontrivial`` is
 ``binary`` without the cheapest degenerate spec: a solved spec whose plan is empty (its goal already
 holds in its own initial state) scores 0. ``shaped`` scores how far up the diagnostic ladder a spec
-got. All three read only the verdict (the plan is the planner's own output), so they stay
-annotation-free. Register more with :func:`register_outcome_score`.
+got. Those three read only the verdict (the plan is the planner's own output). ``grounded`` adds
+what the planner cannot see: half of it is ``nontrivial``, half how well the problem's atoms line up
+with the facts the task's English states (:func:`omtr.rl.grounding.grounding_score`, from the task's
+text and the spec alone). None of them reads a reference, so all stay annotation-free. Register more
+with :func:`register_outcome_score`.
 """
 
 from __future__ import annotations
@@ -69,6 +73,33 @@ def nontrivial_score(completions: Sequence[str], *, verdicts: Sequence[Verdict],
     domain-given tasks: one object named after the domain, a goal copied from the init). None for
     limited verdicts."""
     return [None if v.limited else (1.0 if v.success and v.plan else 0.0) for v in verdicts]
+
+
+GROUNDING_WEIGHT = 0.5
+
+
+@register_outcome_score("grounded")
+def grounded_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], nls: Sequence[str] | None = None,
+                   problems: Sequence[str | None] | None = None, **_) -> list[float | None]:
+    """``(1 - w) * nontrivial + w * grounding`` with w = 0.5: the planner's verdict (a plan needed)
+    and the F1 of the task's stated facts against the problem's atoms
+    (:func:`omtr.rl.grounding.grounding_score`; the whole score is ``nontrivial`` where the text
+    gives nothing to judge by). A degenerate spec the planner solves (one object named after the
+    domain, a goal reached in one step) keeps at most half; a spec of the stated task earns 1.
+    None for limited verdicts."""
+    from omtr.rl.grounding import grounding_score
+
+    base = nontrivial_score(completions, verdicts=verdicts)
+    if nls is None or problems is None:
+        raise ValueError("the grounded reward needs the tasks' text (nls=) and the problems (problems=)")
+    out: list[float | None] = []
+    for b, nl, prob in zip(base, nls, problems):
+        if b is None:
+            out.append(None)
+            continue
+        g = grounding_score(nl, prob)
+        out.append(b if g is None else round((1 - GROUNDING_WEIGHT) * b + GROUNDING_WEIGHT * g, 6))
+    return out
 
 
 @register_outcome_score("shaped")

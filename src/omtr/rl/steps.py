@@ -69,7 +69,8 @@ def step_scores(score: Callable, episodes: list[Episode], steps: list[tuple[int,
     ask for by name (see :mod:`omtr.rl.rewards`)."""
     return score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
                  token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
-                 task_ids=[episodes[n].task.id for n, _ in steps])
+                 task_ids=[episodes[n].task.id for n, _ in steps], nls=[episodes[n].task.nl for n, _ in steps],
+                 problems=[s.problem for _, s in steps])
 
 
 def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score: Callable, update: int, *,
