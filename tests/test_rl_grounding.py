@@ -122,3 +122,27 @@ def test_the_grounded_reward_halves_a_planner_success_that_is_not_the_task(tasks
     assert got == [0.5, 1.0, 0.5, 0.5, None]
     with pytest.raises(ValueError, match="nls="):
         score([""], verdicts=[ok])
+
+
+def test_the_trainer_rewards_a_spec_of_the_stated_task_above_a_degenerate_one(tasks):
+    """Through the trainer's own reward path (``rewarded_items``, which hands the score the tasks'
+    English and the extracted problems): two solved specs of one group, the stated task's and the
+    hacked one, get 1 and 0.5, so the group carries signal."""
+    from omtr.inference.episode import Episode, Step
+    from omtr.rl.config import train_profile
+    from omtr.rl.steps import rewarded_items, select_groups
+    from omtr.tasks.records import TrainingTask
+
+    t = _bw(tasks)
+    task = TrainingTask(t.id, t.family, "train", t.nl, {"n_objects": t.meta["n_objects"]},
+                        domain=t.reference.domain)
+    hacked = """(define (problem p) (:domain blocksworld-4ops) (:objects blocksworld-4ops)
+      (:init (clear blocksworld-4ops) (handempty) (holding blocksworld-4ops))
+      (:goal (on blocksworld-4ops blocksworld-4ops)))"""
+    solved = Verdict(success=True, plan=["(stack a b)"], plan_length=1)
+    eps = [Episode(task, budget=1, steps=[Step("actor", 0, p, None, p, solved, token_ids=[1, 2])])
+           for p in (t.reference.problem, hacked)]
+    cfg = train_profile("micro").replace(reward="grounded", samples_per_task=2, use_judge=False, mlflow=False)
+    items, _ = rewarded_items(eps, 0, cfg, OUTCOME_SCORES["grounded"], 0, judge_term=False)
+    assert [it.reward for it in items] == [1.0, 0.5]
+    assert select_groups(items, 1) == {items[0].group}
