@@ -146,3 +146,26 @@ def test_the_trainer_rewards_a_spec_of_the_stated_task_above_a_degenerate_one(ta
     items, _ = rewarded_items(eps, 0, cfg, OUTCOME_SCORES["grounded"], 0, judge_term=False)
     assert [it.reward for it in items] == [1.0, 0.5]
     assert select_groups(items, 1) == {items[0].group}
+
+
+def test_the_trainer_weighs_grounding_by_its_config(tmp_path, tasks):
+    """``grounding_weight`` reaches the score the trainer uses: a solved degenerate spec keeps
+    ``1 - w`` of its reward."""
+    import torch
+
+    from omtr.model import build_model
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.tasks.records import TrainingTask
+
+    torch.set_num_threads(1)
+    t = _bw(tasks)
+    task = TrainingTask(t.id, t.family, "train", t.nl, {"n_objects": t.meta["n_objects"]})
+    hacked = "(define (problem p) (:domain d) (:objects x) (:init (holding x) (clear x)) (:goal (on x x)))"
+    solved = Verdict(success=True, plan=["(stack x x)"], plan_length=1)
+    for w in (0.5, 0.8):
+        cfg = train_profile("micro").replace(reward="grounded", grounding_weight=w, use_judge=False, mlflow=False)
+        tr = Trainer(cfg, [task], tmp_path / f"run{w}", env=object(), quiet=True, model=build_model("micro"))
+        assert tr.score([""], verdicts=[solved], nls=[t.nl], problems=[hacked]) == [pytest.approx(1 - w)]
+    with pytest.raises(Exception, match="grounding_weight"):
+        train_profile("micro").replace(reward="grounded", grounding_weight=1.5)

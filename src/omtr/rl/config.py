@@ -69,6 +69,8 @@ class TrainConfig:
                                "(half nontrivial, half how well the problem's atoms line up with the facts the "
                                "task's English states; never a reference); see omtr.rl.rewards.")
     judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
+    grounding_weight: float = _f(0.5, "Under reward=grounded: score = (1 - w) * nontrivial + w * grounding (the F1 of "
+                                      "the task's stated facts against the problem's atoms, omtr.rl.grounding).")
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
     judge_gate_window: int = _f(3, "Updates the Judge gate looks back over.")
@@ -186,7 +188,7 @@ class TrainConfig:
                      "weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("editor_gamma", "gae_lambda", "judge_threshold"):
+        for name in ("editor_gamma", "gae_lambda", "judge_threshold", "grounding_weight"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.judge_items_per_update < 0:

@@ -80,12 +80,14 @@ GROUNDING_WEIGHT = 0.5
 
 @register_outcome_score("grounded")
 def grounded_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], nls: Sequence[str] | None = None,
-                   problems: Sequence[str | None] | None = None, **_) -> list[float | None]:
-    """``(1 - w) * nontrivial + w * grounding`` with w = 0.5: the planner's verdict (a plan needed)
+                   problems: Sequence[str | None] | None = None, weight: float = GROUNDING_WEIGHT,
+                   **_) -> list[float | None]:
+    """``(1 - w) * nontrivial + w * grounding`` (w: ``weight``, the trainer's ``grounding_weight``,
+    default 0.5): the planner's verdict (a plan needed)
     and the F1 of the task's stated facts against the problem's atoms
     (:func:`omtr.rl.grounding.grounding_score`; the whole score is ``nontrivial`` where the text
     gives nothing to judge by). A degenerate spec the planner solves (one object named after the
-    domain, a goal reached in one step) keeps at most half; a spec of the stated task earns 1.
+    domain, a goal reached in one step) keeps at most ``1 - w``; a spec of the stated task earns 1.
     None for limited verdicts."""
     from omtr.rl.grounding import grounding_score
 
@@ -98,7 +100,7 @@ def grounded_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], n
             out.append(None)
             continue
         g = grounding_score(nl, prob)
-        out.append(b if g is None else round((1 - GROUNDING_WEIGHT) * b + GROUNDING_WEIGHT * g, 6))
+        out.append(b if g is None else round((1 - weight) * b + weight * g, 6))
     return out
 
 

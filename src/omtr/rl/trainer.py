@@ -43,6 +43,7 @@ at the next update boundary, after a checkpoint.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -164,6 +165,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         self.env = env
         self.run_name = run_name or self.out.name
         self.score = outcome_score or OUTCOME_SCORES[cfg.reward]
+        if outcome_score is None and cfg.reward == "grounded":
+            self.score = functools.partial(self.score, weight=cfg.grounding_weight)
         self.estimator = ADVANTAGE_ESTIMATORS[cfg.advantage]
         self._stop = threading.Event()
         if cfg.torch_threads:
