@@ -26,8 +26,11 @@ paper's planner success: any of the three solved grades), ``nontrivial`` (solved
 ``faithful``. An untrained SmolLM2 "solves" nearly every domain-given task with a degenerate spec,
 which is why planner success alone says little here. Reported: the rates with 95% bootstrap
 intervals over tasks, the paired gain (after - before) with its bootstrap interval, grades, the
-training curve, seconds; ``OUT/learning.json`` and ``OUT/learning_curve.png`` (copied to
-``--results`` as ``learning-<mode>-<date>.*``). Reference PDDL is used only to generate tasks, in
+training curve, seconds; the mean ``grounding`` of the greedy answers (how well each problem's
+atoms line up with the facts its task states, :mod:`omtr.rl.grounding`, from the English and the
+spec alone) and the first budget's answers; ``OUT/learning.json``, ``OUT/learning_curve.png``
+(copied to ``--results`` as ``learning-<mode>-<date>.*``) and each condition's trained model in
+``OUT/<condition>/model`` (usable as ``omtr infer --model``). Reference PDDL is used only to generate tasks, in
 the given mode as the given domain, and by the checker when grading held-out answers; the trainer
 reads the training file through ``omtr.tasks.training`` and never sees a reference.
 """
@@ -113,6 +116,7 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
     graded by :func:`grade` (``refs``: the same tasks with their references, for the checker)."""
     from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
+    from omtr.rl.grounding import grounding_score
     from omtr.rollout import make_engine
 
     model.eval()
@@ -124,6 +128,11 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
                            sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
         out[f"b{b}"] = [grade(r, e) for r, e in zip(refs, eps)]
         out[f"b{b}_calls"] = sum(e.planner_calls for e in eps)
+        # How well each final problem lines up with the facts its task states (omtr.rl.grounding:
+        # the English and the spec only), and the greedy answers themselves, for reading.
+        out[f"b{b}_grounding"] = [grounding_score(t.nl, e.final.problem if e.final else None) for t, e in zip(tasks, eps)]
+        if b == args.budgets[0]:
+            out["answers"] = [e.final.problem if e.final else None for e in eps]
         g = out[f"b{b}"]
         log.info("  budget %d: %d/%d solved (%d with an empty plan), %d faithful", b, sum(x in SOLVED for x in g),
                  len(tasks), g.count("empty"), g.count("faithful"))
@@ -153,6 +162,8 @@ def summarise(ev: dict, args) -> dict:
         s[f"b{b}"] = {name: bootstrap_ci([float(o in ok) for o in xs]) for name, ok in MEASURES.items()}
         s[f"b{b}"]["grades"] = {c: xs.count(c) for c in SOLVED + CATS[1:] if xs.count(c)}
         s[f"b{b}"]["calls"] = ev[f"b{b}_calls"]
+        if f"b{b}_grounding" in ev:
+            s[f"b{b}"]["grounding"] = bootstrap_ci([x for x in ev[f"b{b}_grounding"] if x is not None])
     if "pass_k_success" in ev:
         s[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(x) for x in ev[f"pass_k_{name}"]]) for name in MEASURES}
         s["samples"] = {name: round(ev[f"sample_{name}"], 4) for name in MEASURES}
@@ -165,6 +176,9 @@ def paired(before: dict, after: dict, args) -> dict:
     for b in args.budgets:
         out[f"b{b}"] = {name: bootstrap_ci([float(a in ok) - float(o in ok) for o, a in zip(before[f"b{b}"], after[f"b{b}"])])
                         for name, ok in MEASURES.items()}
+        gb, ga = before.get(f"b{b}_grounding"), after.get(f"b{b}_grounding")
+        if gb and ga:
+            out[f"b{b}"]["grounding"] = bootstrap_ci([a - o for o, a in zip(gb, ga) if a is not None and o is not None])
     if "pass_k_success" in before:
         out[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(a) - float(o) for o, a in
                                                           zip(before[f"pass_k_{name}"], after[f"pass_k_{name}"])])
@@ -280,6 +294,7 @@ def main() -> None:
         for cond in [c for c in args.conditions.split(",") if c]:
             log.info("training with the %s reward", cond)
             tr, secs, stopped = train(model, init, train_tasks, pool, cond, args, out)
+            tr.save_model()  # OUT/<condition>/model: usable as `omtr infer --model`
             log.info("held-out tasks after %d updates (%s):", tr.update, cond)
             after = evaluate(model, test_tasks, test_refs, pool, args)
             result["conditions"][cond] = {
