@@ -130,9 +130,10 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
         out[f"b{b}_calls"] = sum(e.planner_calls for e in eps)
         # How well each final problem lines up with the facts its task states (omtr.rl.grounding:
         # the English and the spec only), and the greedy answers themselves, for reading.
-        out[f"b{b}_grounding"] = [grounding_score(t.nl, e.final.problem if e.final else None) for t, e in zip(tasks, eps)]
+        answers = [e.final.problem if e.final else None for e in eps]
+        out[f"b{b}_grounding"] = [grounding_score(t.nl, a) for t, a in zip(tasks, answers)]
         if b == args.budgets[0]:
-            out["answers"] = [e.final.problem if e.final else None for e in eps]
+            out["answers"] = answers
         g = out[f"b{b}"]
         log.info("  budget %d: %d/%d solved (%d with an empty plan), %d faithful", b, sum(x in SOLVED for x in g),
                  len(tasks), g.count("empty"), g.count("faithful"))

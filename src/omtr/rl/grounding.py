@@ -145,7 +145,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
     ak_init = _atom_keys(prob.init, names)
     ak_goal = _atom_keys(goal_atoms, names)
     if not ck_goal:  # no goal sentence: one pool
-        ck_init, ak_init, ak_goal = ck_init, ak_init + ak_goal, []
+        ak_init, ak_goal = ak_init + ak_goal, []
     total = len(ck_init) + len(ck_goal) + len(ak_init) + len(ak_goal)
     if total == 0:
         return None
