@@ -81,6 +81,8 @@ def test_missing_and_reordered_facts_score_in_between(tasks):
     assert 0.0 < dropped < 1.0
     assert dropped < reordered < 1.0  # a swapped pair keeps half its credit
     assert 0.0 < init_as_goal < 1.0  # a goal copied from the initial state pairs only the init
+    swapped_parts = grounding_score(t.nl, _render(objects, goal, init))
+    assert swapped_parts < 0.5  # the stated facts, each in the other part: the init and goal are kept apart
 
 
 def test_objects_named_in_other_spellings_still_pair(tasks):
