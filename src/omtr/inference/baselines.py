@@ -138,10 +138,11 @@ TRANSFER_CRITIQUE = ("Check your answer against every fact and constraint of the
                      "final answer in full, in the form the task asks for.")
 
 
-def demo_messages(family: str | None, *, given: bool = False) -> Messages:
+def demo_messages(family: str | None, *, given: bool = False, domain: str | None = None) -> Messages:
     """The family's demonstration as the Actor sees it: the task, then its PDDL; ``given`` (the
-    domain-given mode): the task with its domain given, then its problem alone."""
-    demo = P.demo_for(family)
+    domain-given mode): the task with its domain given, then its problem alone, in ``domain``'s
+    vocabulary where the Actor's prompt shows it so (:func:`omtr.inference.prompts.demo_for`)."""
+    demo = P.demo_for(family, domain if given else None)
     if given:
         return [{"role": "user", "content": P.with_domain(demo.nl, demo.domain)},
                 {"role": "assistant", "content": demo.problem}]
@@ -263,14 +264,14 @@ class CoT(IndependentSamples):
 
     def messages(self, t: Turn) -> Messages:
         if t.domain:
-            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True),
+            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True, domain=t.domain),
                     {"role": "user", "content": f"{t.nl}\n\nThe domain:\n{t.domain}\n\n{COT_GIVEN_INSTRUCTIONS}"}]
         return [{"role": "system", "content": SYSTEM}, *demo_messages(self.family(t)),
                 {"role": "user", "content": f"{t.nl}\n\n{COT_INSTRUCTIONS}"}]
 
     def reason_messages(self, t: Turn) -> Messages:
         if t.domain:
-            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True),
+            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True, domain=t.domain),
                     {"role": "user", "content": f"{t.nl}\n\nThe domain:\n{t.domain}\n\n{COT_GIVEN_REASON}"}]
         return [{"role": "system", "content": SYSTEM}, *demo_messages(self.family(t)),
                 {"role": "user", "content": f"{t.nl}\n\n{COT_REASON}"}]
@@ -313,7 +314,7 @@ class LLMPlusP(IndependentSamples):
         return [g.text for g in self.backend.chat(msgs, sampling)]
 
     def messages(self, t: Turn) -> Messages:
-        demo = P.demo_for(self.family(t))
+        demo = P.demo_for(self.family(t), t.domain)
         if t.domain:  # Liu et al.'s setting: the domain file given, an example problem and its problem file
             return [
                 {"role": "system", "content": SYSTEM_GIVEN + " " + LLMP_ASSUMPTIONS},
@@ -342,7 +343,7 @@ class SelfRefine(_BaselinePolicy):
     def messages(self, t: Turn) -> Messages:
         if t.domain:
             ask = f"{t.nl}\n\nThe domain:\n{t.domain}\n\nWrite the PDDL problem for this domain."
-            first = [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True),
+            first = [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self.family(t), given=True, domain=t.domain),
                      {"role": "user", "content": ask}]
             if t.role == "actor":
                 return first
@@ -493,7 +494,7 @@ class ToT(_BaselinePolicy):
 
     def _final_prompt(self, nl: str, state: str) -> Messages:
         if self._domain.get(nl):
-            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self._family.get(nl), given=True),
+            return [{"role": "system", "content": SYSTEM_GIVEN}, *demo_messages(self._family.get(nl), given=True, domain=self._domain.get(nl)),
                     {"role": "user", "content": f"{self._task_text(nl)}\n\nAnalysis:\n{state}\n\nUsing this analysis, "
                                                 "write the complete PDDL problem for the given domain."}]
         return [{"role": "system", "content": SYSTEM}, *demo_messages(self._family.get(nl)),

@@ -46,6 +46,9 @@ class Demo:
     nl: str
     domain: str
     problem: str
+    # The English uses the domain's own predicate and action names as words (Mystery
+    # BlocksWorld's style): shown in a given domain's vocabulary, those words are renamed too.
+    names_in_text: bool = False
 
     @property
     def answer(self) -> str:
@@ -157,6 +160,7 @@ _MYSTERY = Demo(
   (:objects p q)
   (:init (spark p) (spark q) (calm) (ground p) (ground q))
   (:goal (links q p)))""",
+    names_in_text=True,
 )
 
 _LOGISTICS = Demo(
@@ -256,9 +260,17 @@ DEMOS: dict[str, Demo] = {
 GENERIC = _GENERIC
 
 
-def demo_for(family: str | None) -> Demo:
-    """The demonstration of a task's family; the generic one for unknown families."""
-    return DEMOS.get((family or "").lower(), GENERIC)
+def demo_for(family: str | None, domain: str | None = None) -> Demo:
+    """The demonstration of a task's family; the generic one for unknown families. ``domain`` (the
+    domain-given mode): the demonstration in that domain's vocabulary where it is the
+    demonstration's domain up to renaming (:mod:`omtr.inference.demo_vocab`), with that domain
+    shown as its given domain."""
+    demo = DEMOS.get((family or "").lower(), GENERIC)
+    if domain:
+        from omtr.inference.demo_vocab import in_given_vocabulary
+
+        demo = in_given_vocabulary(demo, domain, rename_text=demo.names_in_text)
+    return demo
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -298,8 +310,8 @@ def spec_text(domain: str | None, problem: str | None, raw: str = "", *, given: 
 def actor_messages(task: TaskLike) -> Messages:
     """Task -> spec, one-shot with the family's demonstration (with a given domain: task + domain
     -> problem, the demonstration's domain shown as given and its problem as the answer)."""
-    demo = demo_for(task.family)
     domain = given_domain(task)
+    demo = demo_for(task.family, domain)
     if domain is not None:
         return [
             {"role": "system", "content": SYSTEM_GIVEN},
