@@ -62,6 +62,32 @@ def test_fast_engine_in_fp32_is_the_policy(micro, constraint):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
+@pytest.mark.parametrize("constraint", ["plain", "scoped"])
+def test_sparse_head_gives_the_full_heads_choices(micro, constraint, monkeypatch):
+    """Multiplying only the head rows the grammar allows gives the masked distribution the full
+    head gives: in fp32, the same greedy tokens and log-probs to rounding, and the sampled tokens'
+    log-probs are the policy's own."""
+    import omtr.rollout.fast as fast_mod
+
+    monkeypatch.setattr(fast_mod, "SPARSE_HEAD_TOKENS", 0)
+    dense = make_engine("fast", micro, quantize=False)
+    ref = dense.generate("actor", PROMPTS, GREEDY, constraint=constraint)
+    assert dense.head_steps["sparse"] == 0
+    monkeypatch.setattr(fast_mod, "SPARSE_HEAD_TOKENS", 10**9)
+    sparse = make_engine("fast", micro, quantize=False)
+    out = sparse.generate("actor", PROMPTS, GREEDY, constraint=constraint)
+    assert sparse.head_steps["full"] == 0 and sparse.head_steps["sparse"] > 0
+    for a, b in zip(ref, out):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=2)
+    gens = sparse.generate("actor", PROMPTS, sampling, constraint=constraint)
+    lp, mask = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7,
+                                    constraint=constraint)
+    for row, g in enumerate(gens):
+        assert max(abs(x - y) for x, y in zip(g.logprobs, lp[row].tolist())) < 1e-4
+
+
 def test_identical_prompts_are_prefilled_once_and_sampled_apart(micro):
     """The samples of one task share a prompt: the fast engine prefills it once and copies its keys
     and values to each row. Greedy rows of one prompt equal that prompt's own greedy answer (fp32:
@@ -138,18 +164,23 @@ def test_int8_engine_is_smaller_and_close(micro):
 
 
 def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
-    """A slot kept in fp32 whose adapters run beside it (the MLP's down projection by default) is the
-    policy's weight itself, not a copy, and is not counted as the engine's memory."""
-    fast = make_engine("fast", micro)
+    """A slot kept in fp32 whose adapters run beside it (``keep_fp32=("down",)``) is the policy's
+    weight itself, not a copy, and is not counted as the engine's memory; by default the down
+    projection is the engine's own bf16 copy (2 bytes a weight: between the fp32 share and int8)."""
+    fp32_down = make_engine("fast", micro, keep_fp32=("down",))
     dec = getattr(micro.base_model, micro.base_model.base_model_prefix)
     own = {p.data_ptr() for p in micro.base_model.parameters()}
-    for L, layer in zip(fast.weights["actor"].layers, dec.layers):
+    for L, layer in zip(fp32_down.weights["actor"].layers, dec.layers):
         down = getattr(L.down, "base", L.down)
         policy_down = getattr(layer.mlp.down_proj, "base_layer", layer.mlp.down_proj)
         assert down.weight.data_ptr() == policy_down.weight.data_ptr()
         assert L.qkv.weight_bias()[0].int_repr().data_ptr() not in own  # a merged, quantized slot is the engine's
-    quantized = make_engine("fast", micro, keep_fp32=())  # down in int8: the engine's own, 1 byte a weight
-    assert fast.memory_bytes() < quantized.memory_bytes()
+    default = make_engine("fast", micro)
+    for L in default.weights["actor"].layers:
+        down = getattr(L.down, "base", L.down)
+        assert down.weight.dtype == torch.bfloat16 and down.weight.data_ptr() not in own
+    int8_down = make_engine("fast", micro, bf16=())  # down in int8: 1 byte a weight
+    assert fp32_down.memory_bytes() < int8_down.memory_bytes() < default.memory_bytes()
 
 
 def test_masks_identical_across_engines(micro):

@@ -32,6 +32,7 @@ import os
 import time
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,6 +50,10 @@ KEPT_PREFIXES = 4  # stored prompt prefixes per role
 # A decode step of a small batch costs about as much as prefilling this many prompt tokens (SmolLM2
 # on 2 cores: 115-130 ms a step at batch 8, 3-4 ms a prefilled token): the exchange rate of _groups.
 DECODE_STEP_TOKENS = 32
+# A decode step multiplies only the head rows of the tokens the grammar allows when they are at
+# most this many (over the step's rows): the int8 head over SmolLM2's 49,152 tokens costs ~3 ms a
+# step at batch 8 on one core, 2,048 fp32 rows ~0.3 ms.
+SPARSE_HEAD_TOKENS = 2048
 
 
 class EngineError(ValueError):
@@ -84,6 +89,28 @@ class _Int8Linear:
     def weight_bias(self):
         """The int8 weight and the fp32 bias (unpacked copies)."""
         return torch.ops.quantized.linear_unpack(self._packed)
+
+
+class _Bf16Linear:
+    """A linear with bf16 weights (inputs cast to bf16, the product back to fp32, fp32 bias): half
+    the memory traffic of fp32, with a per-element exponent, so inputs with a few very large
+    channels (the MLP's down projection at the role-vector positions) keep their small ones, which
+    a per-tensor int8 activation scale rounds away. On CPUs with AMX or AVX512-BF16 the product
+    runs in bf16 hardware."""
+
+    __slots__ = ("weight", "bias", "out_features")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight = weight.detach().to(torch.bfloat16).contiguous()
+        self.bias = None if bias is None else bias.detach().float().clone()
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x.to(torch.bfloat16), self.weight).float()
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * 2 + (0 if self.bias is None else self.bias.numel() * 4)
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -126,7 +153,10 @@ class _Adapted:
         self.out_features = total_out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + (x @ self.At) @ self.Bt
+        y = self.base(x)
+        lead = x.shape[:-1]
+        # y += (x A^T) B^T, the add fused into the second product
+        return y.view(-1, y.shape[-1]).addmm_(x.reshape(-1, x.shape[-1]) @ self.At, self.Bt).view(*lead, -1)
 
 
 def _stamp(t: torch.Tensor | None):
@@ -146,6 +176,8 @@ class _RoleWeights:
         self.norm = None
         self.embed = None  # [V, H] fp32, the policy's own tensor (not copied)
         self.head = None
+        self.head_rows = None  # [V, H] fp32, the policy's own head weight where no adapter touches it
+        self.head_bias = None
         self.role_vectors = None  # [R, H]
 
 
@@ -155,7 +187,8 @@ class FastEngine(OverModel):
     engine_name = "fast"
 
     def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
-                 keep_fp32: Sequence[str] = ("down",), unmerged: Sequence[str] = ("gate_up", "down")):
+                 keep_fp32: Sequence[str] = (), bf16: Sequence[str] = ("down",),
+                 unmerged: Sequence[str] = ("gate_up", "down")):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -165,6 +198,7 @@ class FastEngine(OverModel):
         self.model = model
         self.quantize = quantize
         self.keep_fp32 = tuple(keep_fp32)  # slots (qkv, o, gate_up, down, head) left in fp32
+        self.bf16 = tuple(bf16)  # slots held in bf16 instead of int8 (when quantizing)
         self.unmerged = tuple(unmerged)  # slots whose adapters run beside one shared base (_Adapted)
         self.exact = not quantize
         self.threads = threads
@@ -188,6 +222,7 @@ class FastEngine(OverModel):
         self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
         self.last_masks: list[list] | None = None
         self.last_groups: list[int] = []  # rows of each group the last generate ran apart (_groups)
+        self.head_steps = {"sparse": 0, "full": 0}  # decode steps by how the head was applied (_next_token)
         self.refresh()
 
     # ------------------------------------------------------------------ Policy members
@@ -276,7 +311,12 @@ class FastEngine(OverModel):
                 rw.layers.append(L)
             rw.norm = dec.norm.weight.detach().float().clone()
             rw.embed = dec.embed_tokens.weight.detach()
-            rw.head = make("head", ("head",), (base.get_output_embeddings(),), role)
+            head = base.get_output_embeddings()
+            rw.head = make("head", ("head",), (head,), role)
+            if not adapted_by(head, role):
+                lin = head.base_layer if isinstance(head, LoraLayer) else head
+                rw.head_rows = lin.weight.detach().float()
+                rw.head_bias = None if lin.bias is None else lin.bias.detach().float()
             rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
             weights[role] = rw
         self.weights = weights
@@ -306,6 +346,8 @@ class FastEngine(OverModel):
             [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
         weight = torch.cat(ws) if len(ws) > 1 else ws[0]
         quantize = self.quantize and slot not in self.keep_fp32
+        if quantize and slot in self.bf16:
+            return _Bf16Linear(weight, bias)
         if quantize:
             return _Int8Linear(weight, bias)
         # Merged or concatenated weights are new tensors; a single fp32 linear with nothing merged in
@@ -326,6 +368,8 @@ class FastEngine(OverModel):
             seen.add(id(mod))
             if isinstance(mod, _Adapted):
                 return mod_bytes(mod.base) + 4 * (mod.At.numel() + mod.Bt.numel())
+            if isinstance(mod, _Bf16Linear):
+                return mod.nbytes()
             if isinstance(mod, _Int8Linear):
                 w, b = mod.weight_bias()
                 n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
@@ -349,18 +393,23 @@ class FastEngine(OverModel):
     def _rope(self, pos: torch.Tensor):
         freqs = pos.float().unsqueeze(-1) * self.inv_freq  # [B, S, d/2]
         emb = torch.cat([freqs, freqs], dim=-1)
-        return (emb.cos() * self.rope_scale).unsqueeze(2), (emb.sin() * self.rope_scale).unsqueeze(2)  # [B,S,1,d]
+        sin = emb.sin() * self.rope_scale
+        sin[..., : freqs.shape[-1]].neg_()  # rotate_half's sign, folded in: x*cos + [x2, x1]*[-sin, sin]
+        return (emb.cos() * self.rope_scale).unsqueeze(2), sin.unsqueeze(2)  # [B,S,1,d]
 
     @staticmethod
     def _rotate(x, cos, sin):
-        h = x.shape[-1] // 2
-        return x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin
+        """RoPE with ``sin`` carrying the rotation's sign on its first half (:meth:`_rope`): the
+        halves of each head swapped in one flip, no negation."""
+        d = x.shape[-1]
+        return x * cos + x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin
 
     def _forward(self, rw: _RoleWeights, x: torch.Tensor, pos: torch.Tensor, prefix: list | None,
                  cache: "_RowCache | None", own_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
         """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S].
 
-        ``prefix``: per layer (K, V) [kv, P, d] every row attends to (None: the prefix pass itself).
+        ``prefix``: per layer (Kᵀ [kv, d, P], V [kv, P, d]) every row attends to (None: the prefix
+        pass itself).
         ``cache``: the rows' own keys/values; the new ones are appended to it (None: the prefix
         pass, whose keys/values are returned instead). ``own_mask`` [B, S, T] says which of the
         rows' own keys each query sees (True = visible). Returns the final hidden states and, for
@@ -376,39 +425,39 @@ class FastEngine(OverModel):
         cos, sin = self._rope(pos)
         scale = d ** -0.5
         out_kv = []
-        full_mask = None
+        full_mask = hidden = None
+        if cache is not None and S == 1:
+            hidden = ~own_mask.unsqueeze(1)  # [B, 1, 1, T]: the rows' own keys a decode query does not see
         if cache is not None and S > 1:
-            P = prefix[0][0].shape[1] if prefix else 0
+            P = prefix[0][0].shape[2] if prefix else 0
             full_mask = torch.cat([own_mask.new_ones((B, S, P)), own_mask], dim=-1).unsqueeze(1)  # [B, 1, S, P+T]
         for i, L in enumerate(rw.layers):
             h = self._rms(x, L.in_norm)
             qkv = L.qkv(h)
-            q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
-            q = self._rotate(q.view(B, S, nh, d), cos, sin)
-            k = self._rotate(k.view(B, S, nkv, d), cos, sin)
-            v = v.view(B, S, nkv, d)
+            qk = self._rotate(qkv[..., : (nh + nkv) * d].view(B, S, nh + nkv, d), cos, sin)  # q and k rotated at once
+            q, k = qk[:, :, :nh], qk[:, :, nh:]
+            v = qkv[..., (nh + nkv) * d:].view(B, S, nkv, d)
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, kv, S, d]
             if cache is None:  # the prefix pass (a batch of one): plain causal attention over itself
-                out_kv.append((k[0], v[0]))  # [kv, P, d]
+                out_kv.append((k[0].transpose(-1, -2).contiguous(), v[0].contiguous()))  # K as [kv, d, P], V [kv, P, d]
                 att = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
             elif S > 1:  # the rows' prefill: each row's keys are [shared prefix; own tokens]
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                Kp, Vp = prefix[i]
-                Kf = torch.cat([Kp.unsqueeze(0).expand(B, -1, -1, -1), K], dim=2)
+                KpT, Vp = prefix[i]
+                Kf = torch.cat([KpT.transpose(-1, -2).unsqueeze(0).expand(B, -1, -1, -1), K], dim=2)
                 Vf = torch.cat([Vp.unsqueeze(0).expand(B, -1, -1, -1), V], dim=2)
                 att = F.scaled_dot_product_attention(q.transpose(1, 2), Kf, Vf, attn_mask=full_mask, enable_gqa=True)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
             else:  # a decode step: the g query heads of a kv head side by side, no copies of K/V
                 qh = q.view(B, nkv, g, d)
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                s_r = (qh @ K.transpose(-1, -2)) * scale  # [B, kv, g, T]
-                s_r = s_r.masked_fill(~own_mask.unsqueeze(1), float("-inf"))
-                Kp, Vp = prefix[i]  # [kv, P, d], shared by every row
-                P = Kp.shape[1]
+                s_r = (qh @ K.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))  # [B, kv, g, T]
+                KpT, Vp = prefix[i]  # [kv, d, P] and [kv, P, d], shared by every row
+                P = KpT.shape[2]
                 qp = qh.transpose(0, 1).reshape(nkv, B * g, d)
-                s_p = ((qp @ Kp.transpose(-1, -2)) * scale).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
-                p = torch.softmax(torch.cat([s_p, s_r], dim=-1), dim=-1)
+                s_p = (qp @ KpT).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
+                p = torch.softmax(torch.cat([s_p, s_r], dim=-1).mul_(scale), dim=-1)
                 pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g, P)
                 o = (pp @ Vp).view(nkv, B, g, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, g, d]
                 att = o.reshape(B, 1, nh * d)
@@ -418,8 +467,39 @@ class FastEngine(OverModel):
             x = x + L.down(F.silu(gate) * up)
         return x, out_kv
 
-    def _logits(self, rw: _RoleWeights, x_last: torch.Tensor) -> torch.Tensor:
-        return rw.head(self._rms(x_last, rw.norm)).float()
+    def _next_token(self, rw: _RoleWeights, hid: torch.Tensor, bitmask, g, temperature: float, greedy: bool,
+                    top_p: float, rng) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose the next token of rows ``hid`` [n, H] (final-normed last hidden states) under their
+        grammar rows ``bitmask`` (None: unconstrained); returns (token ids [n], their log-probs [n]
+        in the masked distribution at ``temperature``).
+
+        Where the tokens any row may take are few (names the scope allows, keywords, closing
+        parentheses; ``SPARSE_HEAD_TOKENS`` at most) and the head is not adapted, only those rows
+        of the head are multiplied, in fp32 (the policy's own weights, exact): the masked
+        distribution is the same without the full vocabulary's logits. Otherwise the role's head
+        (int8) gives all logits and the mask is applied to them."""
+        cols = None
+        if bitmask is not None and rw.head_rows is not None:
+            union = np.bitwise_or.reduce(bitmask.numpy(), axis=0)
+            bits = np.unpackbits(union.view(np.uint8), bitorder="little")[: rw.head_rows.shape[0]]
+            if int(bits.sum()) <= SPARSE_HEAD_TOKENS:
+                cols = torch.from_numpy(np.flatnonzero(bits))
+        if cols is None:
+            self.head_steps["full"] += 1
+            logits = rw.head(hid).float()
+            if bitmask is not None:
+                g.apply(logits, bitmask)
+        else:
+            self.head_steps["sparse"] += 1
+            logits = hid @ rw.head_rows.index_select(0, cols).t()
+            if rw.head_bias is not None:
+                logits = logits + rw.head_bias[cols]
+            allowed = ((bitmask[:, cols >> 5] >> (cols & 31)) & 1).bool()
+            logits.masked_fill_(~allowed, float("-inf"))
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        pick = logp.argmax(-1) if greedy else _sample_top_p(logp, top_p, rng)
+        lp = logp.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
+        return (pick if cols is None else cols[pick]), lp
 
     def _prefix(self, role: str, rw: _RoleWeights, tokens: list[int]) -> list:
         """Keys/values of [e_ρ; tokens] as a batch of one, kept while the weights stay (the last
@@ -569,12 +649,12 @@ class FastEngine(OverModel):
         mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [U, S, T]
         x = F.embedding(ids, rw.embed).float()
         h, _ = self._forward(rw, x, pos, prefix, cache, mask)
-        logits = self._logits(rw, h[:, -1])
+        hid = self._rms(h[:, -1], rw.norm)
         next_pos = pos[:, -1:] + 1
         if U < B:
             idx = torch.tensor(inverse)
             cache.select(idx)
-            logits, next_pos = logits[idx], next_pos[idx]
+            hid, next_pos = hid[idx], next_pos[idx]
         prefill_ms = 1000 * (time.perf_counter() - t0)
 
         tokens: list[list[int]] = [[] for _ in range(B)]
@@ -589,6 +669,7 @@ class FastEngine(OverModel):
         t1 = time.perf_counter()
         for _ in range(sampling.max_new_tokens):
             forced: list[int | None] = [None] * len(active)
+            bitmask = None
             if g:
                 tg = time.perf_counter()
                 bitmask = g.allocate_bitmask(len(active))
@@ -597,17 +678,22 @@ class FastEngine(OverModel):
                 if masks is not None:
                     for row, i in enumerate(active):
                         masks[i].append(bitmask[row].clone())
-                g.apply(logits, bitmask)
                 grammar_s += time.perf_counter() - tg
-            logp = torch.log_softmax(logits / temperature, dim=-1)
-            if sampling.greedy:
-                choice = logp.argmax(-1)
-            else:
-                choice = _sample_top_p(logp, sampling.top_p, rng)
-            for row, f in enumerate(forced):
-                if f is not None:
-                    choice[row] = f
-            chosen_lp = logp.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
+            # A forced token (the only one the grammar allows) has log-prob 0 in the masked
+            # distribution; only the other rows need the head.
+            free = [row for row, f in enumerate(forced) if f is None]
+            choice = torch.tensor([0 if f is None else f for f in forced], dtype=torch.long)
+            chosen = torch.zeros(len(active))
+            if free:
+                sel = None if len(free) == len(active) else torch.tensor(free)
+                tok, lp = self._next_token(rw, hid if sel is None else hid[sel],
+                                           None if bitmask is None else (bitmask if sel is None else bitmask[sel]),
+                                           g, temperature, sampling.greedy, sampling.top_p, rng)
+                if sel is None:
+                    choice, chosen = tok, lp
+                else:
+                    choice[sel], chosen[sel] = tok, lp
+            chosen_lp = chosen.tolist()
             choice_list = choice.tolist()
             keep: list[int] = []
             now = time.perf_counter()
@@ -635,7 +721,7 @@ class FastEngine(OverModel):
             if len(keep) < len(active):
                 idx = torch.tensor(keep)
                 cache.select(idx)
-                next_pos, choice = next_pos[idx], choice[idx]
+                next_pos, choice, hid = next_pos[idx], choice[idx], hid[idx]
                 active = [active[r] for r in keep]
             n = len(active)
             x = F.embedding(choice.view(n, 1), rw.embed).float()
@@ -643,7 +729,7 @@ class FastEngine(OverModel):
             cache.valid[:, cache.length] = True
             step_mask = cache.valid[:, :cache.length + 1].view(n, 1, -1)
             h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
-            logits = self._logits(rw, h[:, -1])
+            hid = self._rms(h[:, -1], rw.norm)
             next_pos = next_pos + 1
         self.last_masks = masks
         gens = []
