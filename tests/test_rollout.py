@@ -166,7 +166,7 @@ def test_int8_engine_is_smaller_and_close(micro):
 def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
     """A slot kept in fp32 whose adapters run beside it (``keep_fp32=("down",)``) is the policy's
     weight itself, not a copy, and is not counted as the engine's memory; by default the down
-    projection is the engine's own bf16 copy (2 bytes a weight: between the fp32 share and int8)."""
+    projection is the engine's own: int8 for decode steps plus a bf16 copy for many-token passes."""
     fp32_down = make_engine("fast", micro, keep_fp32=("down",))
     dec = getattr(micro.base_model, micro.base_model.base_model_prefix)
     own = {p.data_ptr() for p in micro.base_model.parameters()}
@@ -178,8 +178,8 @@ def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
     default = make_engine("fast", micro)
     for L in default.weights["actor"].layers:
         down = getattr(L.down, "base", L.down)
-        assert down.weight.dtype == torch.bfloat16 and down.weight.data_ptr() not in own
-    int8_down = make_engine("fast", micro, bf16=())  # down in int8: 1 byte a weight
+        assert down.wide.weight.dtype == torch.bfloat16 and down.wide.weight.data_ptr() not in own
+    int8_down = make_engine("fast", micro, bf16_prefill=())  # down in int8 only: 1 byte a weight
     assert fp32_down.memory_bytes() < int8_down.memory_bytes() < default.memory_bytes()
 
 
