@@ -15,9 +15,17 @@ What makes it faster than the role model's own ``generate`` on a CPU:
   with its own KV cache: the shared prompt prefix (role vectors, system prompt, demonstration)
   is held once as a batch of one and never repeated per row; each row's own tokens and answer
   sit in a per-row cache that grows in blocks and shrinks when sequences finish.
+- **The MLP's down projection** in int8 for decode steps and in bf16 for passes over many tokens
+  (its inputs at the role-vector positions are too large for a per-tensor int8 scale; see
+  :class:`_PrefillBf16Linear`).
+- **Only the head rows the grammar allows.** When the tokens any row may take next are few
+  (names in scope, keywords, parentheses), only those rows of the head are multiplied (fp32, the
+  policy's own weights), so the step skips the full vocabulary's logits, softmax and argmax; a row
+  whose token is forced skips the head altogether.
 - **The same decoding loop and masks** as :meth:`omtr.model.roles.RoleModel.generate`: the
   same :class:`omtr.model.grammar.GrammarState` per row (plain or scoped, given domains), forced
-  tokens, early stop, logprobs of the masked distribution at the sampling temperature.
+  tokens, early stop, logprobs of the masked distribution at the sampling temperature. The next
+  step's masks are computed on a helper thread while the decoder runs.
 
 The engine is a snapshot: :meth:`FastEngine.refresh` re-merges from the policy (the trainer asks
 for it after every optimizer step; a parameter change is also noticed on its own through the
@@ -252,6 +260,7 @@ class FastEngine(OverModel):
         self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
         self.last_masks: list[list] | None = None
         self.last_groups: list[int] = []  # rows of each group the last generate ran apart (_groups)
+        self._grammar_pool = None
         self.head_steps = {"sparse": 0, "full": 0}  # decode steps by how the head was applied (_next_token)
         self.refresh()
 
@@ -411,6 +420,14 @@ class FastEngine(OverModel):
                     total += mod_bytes(getattr(L, slot))
             total += mod_bytes(rw.head) + rw.norm.numel() * 4 + rw.role_vectors.numel() * 4
         return total
+
+    def _grammar_thread(self):
+        """One helper thread for the grammar masks (created on first use)."""
+        if self._grammar_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._grammar_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omtr-grammar")
+        return self._grammar_pool
 
     # ------------------------------------------------------------------ the decoder
 
@@ -692,20 +709,31 @@ class FastEngine(OverModel):
         states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
         masks: list[list] | None = [[] for _ in range(B)] if (self.record_masks and g) else None
         active = list(range(B))
-        grammar_s = 0.0
+        grammar_s = 0.0  # grammar work (masks and accepting tokens), wherever it ran
+        wait_s = 0.0  # what of it the decoding loop waited for
+
+        def fill(rows: list[int]):
+            tg = time.perf_counter()
+            bm = g.allocate_bitmask(len(rows))
+            fs = [states[i].fill(bm, row) for row, i in enumerate(rows)]
+            return bm, fs, time.perf_counter() - tg
+
+        # The next step's masks are computed on a helper thread while the decoder runs (they need
+        # only the tokens accepted so far); the step then waits for them before the head.
+        pending = None
         t1 = time.perf_counter()
         for _ in range(sampling.max_new_tokens):
             forced: list[int | None] = [None] * len(active)
             bitmask = None
             if g:
-                tg = time.perf_counter()
-                bitmask = g.allocate_bitmask(len(active))
-                for row, i in enumerate(active):
-                    forced[row] = states[i].fill(bitmask, row)
+                tw = time.perf_counter()
+                bitmask, forced, took = pending.result() if pending is not None else fill(active)
+                pending = None
+                wait_s += time.perf_counter() - tw
+                grammar_s += took
                 if masks is not None:
                     for row, i in enumerate(active):
                         masks[i].append(bitmask[row].clone())
-                grammar_s += time.perf_counter() - tg
             # A forced token (the only one the grammar allows) has log-prob 0 in the masked
             # distribution; only the other rows need the head.
             free = [row for row, f in enumerate(forced) if f is None]
@@ -751,6 +779,8 @@ class FastEngine(OverModel):
                 next_pos, choice, hid = next_pos[idx], choice[idx], hid[idx]
                 active = [active[r] for r in keep]
             n = len(active)
+            if g:
+                pending = self._grammar_thread().submit(fill, list(active))
             x = F.embedding(choice.view(n, 1), rw.embed).float()
             cache.reserve(1)
             cache.valid[:, cache.length] = True
@@ -767,7 +797,7 @@ class FastEngine(OverModel):
                 token_ids=ids_i, logprobs=lps[i], prompt_tokens=len(seqs[i]),
                 finish_reason=finish[i] or "length",
                 timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
-                         "grammar_ms": 1000 * grammar_s, "batch": float(B),
+                         "grammar_ms": 1000 * grammar_s, "grammar_wait_ms": 1000 * wait_s, "batch": float(B),
                          **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks),
                              "scope_left": float(states[i].scope_left)}
                             if states and mode == "scoped" else {})},
