@@ -23,14 +23,6 @@ from dataclasses import replace
 
 log = logging.getLogger(__name__)
 
-_DOMAIN_NAME = re.compile(r"\(\s*domain\s+([^\s()]+)", re.IGNORECASE)
-
-
-def given_domain_name(domain_text: str) -> str | None:
-    m = _DOMAIN_NAME.search(domain_text)
-    return m.group(1).lower() if m else None
-
-
 def in_given_vocabulary(demo, domain_text: str, *, rename_text: bool = False):
     """``demo`` rewritten into ``domain_text``'s names, or ``demo`` itself when the domains are not
     the same up to renaming (or the given domain cannot be read). ``rename_text``: also rename
@@ -38,7 +30,7 @@ def in_given_vocabulary(demo, domain_text: str, *, rename_text: bool = False):
     the first letter kept)."""
     try:
         return _adapt(demo, domain_text.strip(), rename_text)
-    except Exception as e:  # any domain the normaliser cannot read: keep the demonstration as written
+    except Exception as e:  # any domain the parser or the normaliser cannot read: keep the demonstration as written
         log.debug("demonstration kept in its own vocabulary: %s", e)
         return demo
 
@@ -47,11 +39,10 @@ def in_given_vocabulary(demo, domain_text: str, *, rename_text: bool = False):
 def _adapt(demo, domain_text: str, rename_text: bool):
     from omtr.faithfulness.mapping import _domain_totals, map_domain
     from omtr.faithfulness.normal import normalize
+    from omtr.spec.model import parse_domain
     from omtr.spec.sexpr import read_sexpr, to_text
 
-    name = given_domain_name(domain_text)
-    if name is None:
-        return demo
+    name = parse_domain(domain_text).name  # SpecError on a domain that does not parse
     ref = normalize(demo.domain, demo.problem)
     gen = normalize(domain_text, f"(define (problem vocabulary-probe) (:domain {name}) (:objects) (:init) (:goal (and)))")
     if gen.objects:
