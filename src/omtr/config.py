@@ -316,6 +316,12 @@ class ModelConfig:
                           "rules: only declared predicates, with their arity, parameters, objects and types; "
                           "nothing declared twice), plain (the grammar alone) or off (free text; same as grammar=False)."},
     )
+    statement_objects: bool = field(
+        default=True,
+        metadata={"help": "Under scoped decoding, a problem declares the names its task statement uses (the red "
+                          "block, ball_1, room_2; read from the English alone) as its first objects, each once, "
+                          "before any of its own. False leaves the object names to the model."},
+    )
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "

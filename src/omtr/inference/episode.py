@@ -39,6 +39,7 @@ from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
 from omtr.inference.policy import Generation, Policy, Sampling
 from omtr.solver.verdict import Verdict
+from omtr.tasks.statement import statement_objects
 from omtr.tasks.training import TrainingTask, task_mode
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,8 @@ class _Runner:
         t = time.perf_counter()
         # a policy that answers by task id (a replay of fixed attempts) gets the ids beside the prompts
         by_id = {"task_ids": [self.episodes[i].task.id for i in batch]} if getattr(self.policy, "routes_by_id", False) else {}
+        if getattr(self.policy, "takes_objects", False):  # the scope rules' statement names (omtr's role model)
+            by_id["objects"] = [statement_objects(self.episodes[i].task.nl) for i in batch]
         if given:  # the batch's given domains: the policy writes (and scopes) a problem for each
             gens = self.policy.generate(role, prompts, self.sampling, stop_when=problem_complete,
                                         domains=[self.episodes[i].task.domain for i in batch], **by_id)

@@ -203,11 +203,12 @@ class PddlGrammar:
             self._vocab = ScopedVocab(self.tokenizer, self.vocab_size)
         return self._vocab
 
-    def state(self, *, scoped: bool = False, given=None) -> "GrammarState":
+    def state(self, *, scoped: bool = False, given=None, objects=None) -> "GrammarState":
         """One sequence's state. ``given``: the given domain's declarations
         (:class:`omtr.model.scope.Declared`) in the domain-given mode, where the answer is the
-        problem alone."""
-        return GrammarState(self, scoped=scoped, given=given)
+        problem alone. ``objects``: names the problem must declare first (scoped only; the task
+        statement's names, :class:`omtr.model.scope.ScopeTracker`)."""
+        return GrammarState(self, scoped=scoped, given=given, objects=objects)
 
     def allocate_bitmask(self, rows: int):
         import xgrammar as xgr
@@ -283,7 +284,7 @@ class GrammarState:
     """The grammar's position in one sequence, plus forced tokens for the problem's domain name
     and, when scoped, the scope rules (:class:`omtr.model.scope.ScopeTracker`)."""
 
-    def __init__(self, grammar: PddlGrammar, *, scoped: bool = False, given=None):
+    def __init__(self, grammar: PddlGrammar, *, scoped: bool = False, given=None, objects=None):
         import xgrammar as xgr
 
         self.grammar = grammar
@@ -305,7 +306,7 @@ class GrammarState:
         if scoped:
             from omtr.model.scope import ScopeTracker
 
-            self.scope = ScopeTracker(given, limits=limits)
+            self.scope = ScopeTracker(given, limits=limits, objects=objects)
 
     @property
     def finished(self) -> bool:

@@ -317,15 +317,17 @@ class RoleModel(nn.Module):
 
     def token_logprobs(self, role: str, prompts: Sequence[Messages], completions: Sequence[Sequence[int]], *,
                        temperature: float = 1.0, grammar: bool | None = None, constraint: str | None = None,
-                       domains: Sequence[str | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       domains: Sequence[str | None] | None = None,
+                       objects: Sequence[Sequence[str] | None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of given completion tokens under ``role``, with gradients.
 
         Returns ``(logprobs, mask)``, both [B, L] with L the longest completion; row b holds its
         tokens from position 0, ``mask`` marks them. Pass the temperature the tokens were sampled
         at (1.0 for greedy): the values then equal :attr:`Generation.logprobs`. With a decoding
         constraint on (default: the config's; ``grammar``/``constraint`` as in :meth:`generate`),
-        its masks are rebuilt over the tokens, scope rules and given ``domains`` included, so these
-        are log-probabilities of the constrained distribution that was sampled."""
+        its masks are rebuilt over the tokens, scope rules, given ``domains`` and statement
+        ``objects`` included, so these are log-probabilities of the constrained distribution that
+        was sampled."""
         ri = self.use_role(role)
         mode = self._constraint(grammar, constraint)
         use_grammar = mode != "off"
@@ -354,7 +356,8 @@ class RoleModel(nn.Module):
         for b, c in enumerate(comps):
             targets[b, starts[b]:] = torch.tensor(c, dtype=torch.long)
         if use_grammar:
-            bitmask = self._replay_bitmask(comps, mode, self._given(domains, len(comps)), L, starts)
+            bitmask = self._replay_bitmask(comps, mode, self._given(domains, len(comps)), L, starts,
+                                           objects=self._objects(objects, len(comps)))
             self.grammar.apply(logits.view(B * L, -1), bitmask)
         right = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, L]
         col = torch.arange(L, device=self.device)
@@ -365,7 +368,7 @@ class RoleModel(nn.Module):
         return logp.masked_fill(~mask, 0.0), mask
 
     def _replay_bitmask(self, comps: list[list[int]], mode: str, given: list | None, L: int,
-                        starts: list[int] | None = None) -> torch.Tensor:
+                        starts: list[int] | None = None, objects: list | None = None) -> torch.Tensor:
         """The grammar's bitmask rows for completions replayed token by token: row ``b * L +
         starts[b] + j`` (``starts`` default 0, left-aligned) is the mask token j of completion b
         was chosen under; every other row allows everything."""
@@ -374,7 +377,8 @@ class RoleModel(nn.Module):
         bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
         pieces = self.pieces
         for b, c in enumerate(comps):
-            st = g.state(scoped=mode == "scoped", given=given[b] if given else None)
+            st = g.state(scoped=mode == "scoped", given=given[b] if given else None,
+                         objects=objects[b] if objects else None)
             base = b * L + (starts[b] if starts else 0)
             for j, tok in enumerate(c):
                 st.fill(bitmask, base + j)
@@ -416,6 +420,17 @@ class RoleModel(nn.Module):
 
         return [given_declarations(d) if d else None for d in domains]
 
+    takes_objects = True  # the episode loop passes objects= (each task statement's names) to generate
+
+    def _objects(self, objects, n: int):
+        """Each prompt's statement names for the scope rules (None: none), or None when the
+        config turns the rule off (``statement_objects``)."""
+        if objects is None or not getattr(self.cfg, "statement_objects", True):
+            return None
+        if len(objects) != n:
+            raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
+        return [tuple(o) if o else None for o in objects]
+
     @property
     def grammar(self):
         if self._grammar is None:
@@ -446,7 +461,8 @@ class RoleModel(nn.Module):
     @torch.no_grad()
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
                  stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None,
-                 constraint: str | None = None, domains: Sequence[str | None] | None = None) -> list[Generation]:
+                 constraint: str | None = None, domains: Sequence[str | None] | None = None,
+                 objects: Sequence[Sequence[str] | None] | None = None) -> list[Generation]:
         """One generation per prompt, batched (left padding, KV cache).
 
         A sequence stops at end-of-sequence, when ``stop_when(text)`` is true, or at
@@ -460,7 +476,10 @@ class RoleModel(nn.Module):
         config's on (plain when the config says off). ``domains[i]``, when given, is prompt i's
         given domain (PDDL text): that answer is a problem alone, decoded under the problem grammar
         and, when scoped, the given domain's predicates, types and constants. A given domain that
-        does not parse raises :class:`omtr.model.scope.GivenDomainError`."""
+        does not parse raises :class:`omtr.model.scope.GivenDomainError`. ``objects[i]``: the names
+        prompt i's task statement uses (:func:`omtr.rl.grounding.statement_objects`); under scoped
+        decoding the problem declares them first, each once (``statement_objects`` in the config
+        turns this off)."""
         if role not in GENERATING_ROLES:
             raise ValueError(f"generate takes role actor or editor, not {role!r}; the Judge scores with judge()")
         if not prompts:
@@ -468,6 +487,7 @@ class RoleModel(nn.Module):
         ri = self.use_role(role)
         mode = self._constraint(grammar, constraint)
         given = self._given(domains, len(prompts))
+        objs = self._objects(objects, len(prompts))
         g = self.grammar if mode != "off" else None
         pieces = self.pieces
         eos = self.tokenizer.eos_token_id
@@ -489,7 +509,8 @@ class RoleModel(nn.Module):
         texts = [""] * B
         finish = [""] * B
         decode_ms = [0.0] * B
-        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
+        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None,
+                          objects=objs[i] if objs else None) for i in range(B)] if g else None
         active = list(range(B))
         grammar_s = 0.0
         from omtr.progress import GenerationProgress

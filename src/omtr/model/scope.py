@@ -16,8 +16,14 @@ the literals already written in each conjunction. From that it decides which nam
 * a parameter list or ``:objects`` closes only when some predicate can be written with what it
   declared (an action's effect and the goal need at least one literal).
 
-Nothing here reads a task's English text: the constraint comes from the answer itself and, in the
-domain-given mode, from the given domain.
+The constraint comes from the answer itself, in the domain-given mode from the given domain, and,
+when the caller passes them (``objects``), from the object names the task's statement uses
+(:func:`omtr.rl.grounding.statement_objects`: "the red block", ``ball_1``, ``room_2``, read from the
+English alone, never from a reference): the problem's ``:objects`` declares those names first, each
+once, before any name of its own, and cannot close while one is missing; such a name that holds a
+declared type's name as a part (``ball_1``) shares its group with no such name of another type, and
+the group takes that type (``ball_1 ball_2 - ball``). Nothing else here reads the
+task's text.
 
 How it is applied (:class:`ScopedMask`): xgrammar computes the grammar's token mask; the tracker
 then removes the tokens it rejects. Inside a name whose allowed values are a finite set (declared
@@ -29,6 +35,7 @@ grammar admits that cross a word boundary are simulated character by character.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 log = logging.getLogger("omtr.model")
@@ -37,6 +44,14 @@ ROOT_TYPE = "object"
 WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-?:=")
 SECTION_HEADS = ("domain", "problem", ":requirements", ":types", ":predicates", ":action",
                  ":domain", ":objects", ":init", ":goal")
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+
+
+def _names_type(obj: str, typ: str) -> bool:
+    """Does the object's name hold the type's as a part (``ball_1``: ball; ``truck-0``: truck)?"""
+    return typ in re.split(r"[_\-]+|(?<=[a-z])(?=[0-9])", obj)
 
 
 class Reject(Exception):
@@ -163,9 +178,11 @@ class ScopeTracker:
     whether a piece of text may come next (:meth:`admits`).
 
     ``given``: the declarations of a given domain (domain-given mode: the answer is the problem
-    only); ``None``: the answer writes its own domain first."""
+    only); ``None``: the answer writes its own domain first. ``objects``: names the problem's
+    ``:objects`` must declare before any other (the task statement's names); ignored when they
+    would not fit the grammar's bounds."""
 
-    def __init__(self, given: Declared | None = None, *, limits=None):
+    def __init__(self, given: Declared | None = None, *, limits=None, objects=None):
         from omtr.model.grammar import GrammarLimits
 
         L = limits or GrammarLimits()
@@ -186,6 +203,9 @@ class ScopeTracker:
         self.word = ""
         self.last = ""
         self.domain_done = self.given
+        req = tuple(dict.fromkeys(o for o in (objects or ()) if _NAME.fullmatch(o) and len(o) <= self.name_len
+                                  and o not in self.constants))
+        self.required = req if len(req) <= L.objects else ()
         self._tq: _Types | None = None
         self._cands: dict = {}
 
@@ -313,7 +333,11 @@ class ScopeTracker:
                     return {t for t in (self.type_items | set(f.items) | {ROOT_TYPE}) - bad
                             if len(t) <= self.name_len}, None
                 if k in (PARAMS, OBJECTS):
-                    return {t for t in self._declared_types() if self._params_viable(f, t)}, None
+                    fit = {t for t in self._declared_types() if self._params_viable(f, t)}
+                    if k == OBJECTS and self.required:
+                        named = self._group_types(f) & fit
+                        return named or fit, None
+                    return fit, None
                 return self._declared_types(), None
             if k == PDECL and f.words == 0:
                 return None, set(self.preds)
@@ -324,6 +348,10 @@ class ScopeTracker:
                 banned |= self.type_items | {ROOT_TYPE}
             elif k == OBJECTS:
                 banned |= set(self.constants)
+                missing = self._missing_objects(f)
+                if missing:  # the statement's names come first, grouped by the type they name
+                    fits = [o for o in missing if len(self._group_types(f, o)) <= 1]
+                    return set(fits) | ({"-"} if self._dash_ok(f) else set()), None
             return None, banned
         if k == ACTION and f.words == 0:
             return None, set(self.actions)
@@ -332,6 +360,20 @@ class ScopeTracker:
         if k in (ATOM, EQ):
             return set(self._arg_candidates(f) or ()), None
         return None, None
+
+    def _group_types(self, f: _Frame, extra: str | None = None) -> set[str]:
+        """The declared types that the statement's names in the waiting group (and ``extra``) name."""
+        if not self.typing:
+            return set()
+        types = self._declared_types() - {ROOT_TYPE}
+        out = set()
+        for o in f.group + ([extra] if extra else []):
+            if o in self.required:
+                out |= {t for t in types if _names_type(o, t)}
+        return out
+
+    def _missing_objects(self, f: _Frame) -> list[str]:
+        return [o for o in self.required if o not in f.items and o not in self.constants] if self.required else []
 
     def word_due(self) -> bool:
         """Must the next character continue or start a word? (Otherwise spaces or parentheses
@@ -582,6 +624,8 @@ class ScopeTracker:
         closed, banned = self.word_constraint()
         if (banned and w in banned) or (closed is not None and w not in closed):
             raise Reject
+        if k == OBJECTS and w in self.required and len(self._group_types(f, w)) > 1:
+            raise Reject  # ball_1 and room_1 in one group: one type for both
         f.group.append(w)
         f.items[w] = ROOT_TYPE
         if k in (PARAMS, OBJECTS) and not self._params_viable(f):
@@ -665,7 +709,7 @@ class ScopeTracker:
                 self.type_items.add(item)
         elif k == OBJECTS:
             self._finish_typed(f)
-            if not self._params_viable(f, closing=True):
+            if self._missing_objects(f) or self._group_types(f) or not self._params_viable(f, closing=True):
                 raise Reject
             self._mutable_tables()
             self.objects = dict(f.items)

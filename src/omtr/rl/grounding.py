@@ -33,40 +33,11 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-STATEMENT = "[STATEMENT]"
-_WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
-_CLAUSE_SPLIT = re.compile(r",|;|\.(?:\s|$)|\n|\band\b")
-_GOAL = re.compile(r"\bgoal\b")
+from omtr.tasks.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
+    STATEMENT, TEMPLATE_WORDS, _norm, statement_objects, statement_parts,
+)
+
 _PART = re.compile(r"[_\-]+|(?<=[a-z])(?=[0-9])")
-# The statement's own wording (PlanBench's "As initial conditions I have that, ... My goal is to have
-# that ..."), and short function words: never names.
-TEMPLATE_WORDS = frozenset(
-    "as initial conditions i have that my goal is to the a an of on in at top and are be it its "
-    "with by from for".split())
-
-
-def _norm(word: str) -> str:
-    return word.replace("_", "").replace("-", "")
-
-
-def statement_parts(nl: str) -> tuple[set[str], list[list[str]], list[list[str]]] | None:
-    """(names, init clauses, goal clauses) of a task's text: each clause as its list of normalised
-    words; None without a ``[STATEMENT]`` line."""
-    text = nl.lower()
-    cut = text.rfind(STATEMENT.lower())
-    if cut < 0:
-        return None
-    described = {_norm(w) for w in _WORD.findall(text[:cut])}
-    stmt = text[cut + len(STATEMENT):]
-    m = _GOAL.search(stmt)
-    init_text, goal_text = (stmt[:m.start()], stmt[m.end():]) if m else (stmt, "")
-
-    def clauses(part: str) -> list[list[str]]:
-        return [[_norm(w) for w in _WORD.findall(c)] for c in _CLAUSE_SPLIT.split(part)]
-
-    words = {_norm(w) for w in _WORD.findall(stmt)}
-    names = {w for w in words if w and w not in described and w not in TEMPLATE_WORDS}
-    return names, clauses(init_text), clauses(goal_text)
 
 
 def _name_of(arg: str, names: set[str]) -> str | None:

@@ -25,6 +25,7 @@ from omtr.model.batching import alike_chunks, prompt_text
 from omtr.rl.config import TrainConfig
 from omtr.rl.recipe import groups_with_signal
 from omtr.rl.rewards import actor_reward, editor_reward, outcome
+from omtr.tasks.statement import statement_objects
 
 GEN_ROLES = ("actor", "editor")
 
@@ -51,6 +52,7 @@ class StepItem:
     value: float | None = None
     ref_logprobs: list[float] | None = None
     domain: str | None = None  # the task's given domain (domain-given mode): the masks replay with it
+    objects: list | None = None  # the task statement's names (the scope rules'): the masks replay with them
     skip: bool = False  # dynamic sampling: its group carries no signal (rewarded and logged, not trained on)
     feature: torch.Tensor | None = field(default=None, repr=False)
 
@@ -110,7 +112,7 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                 reward = None if r_e is None else (r_e if s.index == T else 0.0)
             items.append(StepItem(ep=first + n, group=group, role=s.role, step=s.index, prompt=prompt,
                                   tokens=list(s.token_ids), old_logprobs=list(s.logprobs),
-                                  domain=ep.task.domain,
+                                  domain=ep.task.domain, objects=statement_objects(ep.task.nl),
                                   outcome=outcome(s.verdict), limited=s.verdict.limited,
                                   judge_score=s.judge_score, reward=reward))
             prev = s
@@ -133,11 +135,15 @@ def select_groups(items: list[StepItem], want: int) -> set:
 # ---------------------------------------------------------------------------------------- batch helpers
 
 def _domains(chunk: list[StepItem]) -> dict:
-    """``domains=`` for token log-probs when a step of the chunk had a given domain: the masks
-    (problem-only grammar, scoped to the domain) replay as they were sampled."""
-    if all(it.domain is None for it in chunk):
-        return {}
-    return {"domains": [it.domain for it in chunk]}
+    """``domains=`` (when a step of the chunk had a given domain) and ``objects=`` (the statements'
+    names) for token log-probs: the masks (problem-only grammar, scoped to the domain and the
+    names) replay as they were sampled."""
+    kw = {}
+    if any(it.domain is not None for it in chunk):
+        kw["domains"] = [it.domain for it in chunk]
+    if any(it.objects for it in chunk):
+        kw["objects"] = [it.objects for it in chunk]
+    return kw
 
 
 def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tensor:

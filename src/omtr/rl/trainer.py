@@ -89,10 +89,11 @@ class RoleRouter:
     def __init__(self, models: dict):
         self.models = models
 
-    def generate(self, role, prompts, sampling, *, stop_when=None, domains=None):
-        if domains is None:
-            return self.models[role].generate(role, prompts, sampling, stop_when=stop_when)
-        return self.models[role].generate(role, prompts, sampling, stop_when=stop_when, domains=domains)
+    takes_objects = True
+
+    def generate(self, role, prompts, sampling, *, stop_when=None, domains=None, objects=None):
+        kw = {k: v for k, v in (("domains", domains), ("objects", objects)) if v is not None}
+        return self.models[role].generate(role, prompts, sampling, stop_when=stop_when, **kw)
 
     def judge(self, prompts):
         return self.models["judge"].judge(prompts)

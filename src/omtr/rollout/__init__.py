@@ -47,6 +47,8 @@ class OverModel:
     """What every engine shares: it runs over a role model ``self.model`` and reads and sets
     that model's config (the decoding constraint, the token limit) as its own."""
 
+    takes_objects = True  # generate(..., objects=): each task statement's names, for the scope rules
+
     @property
     def cfg(self):
         return self.model.cfg

@@ -617,7 +617,8 @@ class FastEngine(OverModel):
     @torch.no_grad()
     def generate(self, role: str, prompts: Sequence[Messages], sampling: Sampling, *,
                  stop_when: Callable[[str], bool] | None = None, grammar: bool | None = None,
-                 constraint: str | None = None, domains: Sequence[str | None] | None = None) -> list[Generation]:
+                 constraint: str | None = None, domains: Sequence[str | None] | None = None,
+                 objects: Sequence[Sequence[str] | None] | None = None) -> list[Generation]:
         """:meth:`omtr.model.roles.RoleModel.generate`'s contract, on this engine's weights."""
         from omtr.progress import GenerationProgress
 
@@ -634,6 +635,7 @@ class FastEngine(OverModel):
         try:
             mode = m._constraint(grammar, constraint)
             given = m._given(domains, len(prompts))
+            objs = m._objects(objects, len(prompts))
             bar = GenerationProgress(role, len(prompts))
             seqs = m.encode_prompts(prompts)
             groups = self._groups(seqs, sampling.max_new_tokens)
@@ -645,7 +647,8 @@ class FastEngine(OverModel):
                 left -= len(rows)
                 seed = None if sampling.seed is None else sampling.seed + k  # groups draw apart
                 sub = self._generate(m, role, [seqs[i] for i in rows], sampling, seed, stop_when, mode,
-                                     [given[i] for i in rows] if given else None, bar, left)
+                                     [given[i] for i in rows] if given else None, bar, left,
+                                     [objs[i] for i in rows] if objs else None)
                 for j, i in enumerate(rows):
                     gens[i] = sub[j]
                     if self.last_masks is not None:
@@ -657,7 +660,8 @@ class FastEngine(OverModel):
             if self.threads:
                 torch.set_num_threads(prev_threads)
 
-    def _generate(self, m, role, seqs, sampling, seed, stop_when, mode, given, bar, waiting) -> list[Generation]:
+    def _generate(self, m, role, seqs, sampling, seed, stop_when, mode, given, bar, waiting,
+                  objs=None) -> list[Generation]:
         """One group's generation (``waiting``: rows of later groups, counted as running)."""
         rw = self.weights[role]
         g = m.grammar if mode != "off" else None
@@ -706,7 +710,8 @@ class FastEngine(OverModel):
         texts = [""] * B
         finish = [""] * B
         decode_ms = [0.0] * B
-        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None) for i in range(B)] if g else None
+        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None,
+                          objects=objs[i] if objs else None) for i in range(B)] if g else None
         masks: list[list] | None = [[] for _ in range(B)] if (self.record_masks and g) else None
         active = list(range(B))
         grammar_s = 0.0  # grammar work (masks and accepting tokens), wherever it ran
