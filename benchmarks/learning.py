@@ -245,6 +245,10 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     type=lambda kv: (kv.split("=", 1)[0], json.loads(kv.split("=", 1)[1])),
                     help="override a field of the small training profile (JSON value), e.g. --set lr=3e-4")
+    ap.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
+                    type=lambda kv: (kv.split("=", 1)[0], json.loads(kv.split("=", 1)[1])),
+                    help="override a field of the small model profile (JSON value), e.g. --model-set "
+                         "statement_objects=false (the statement's names not required as objects)")
     ap.add_argument("--reuse-before", metavar="JSON",
                     help="take the untrained model's evaluation from an earlier run's learning.json (same tasks, "
                          "same settings) instead of evaluating it again")
@@ -271,9 +275,17 @@ def main() -> None:
     t0 = time.time()
     train_tasks, test_tasks, test_refs = make_tasks(args, out)
     log.info("%d training and %d held-out tasks (%s mode) in %s", len(train_tasks), len(test_tasks), args.mode, out)
-    model = build_model("small")
+    if args.model_set:
+        import dataclasses
+
+        from omtr.config import model_profile
+
+        model = build_model(dataclasses.replace(model_profile("small"), **dict(args.model_set)))
+    else:
+        model = build_model("small")
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    settings = {k: v for k, v in vars(args).items() if k != "set"} | {"set": dict(args.set), "out": str(out)}
+    settings = {k: v for k, v in vars(args).items() if k not in ("set", "model_set")} | {
+        "set": dict(args.set), "model_set": dict(args.model_set), "out": str(out)}
     result: dict = {"settings": settings, "conditions": {}}
 
     def save():
