@@ -20,7 +20,7 @@ from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.solver.lint import lint  # noqa: E402
 from omtr.spec.model import parse_problem  # noqa: E402
-from omtr.tasks.statement import statement_objects  # noqa: E402
+from omtr.inference.statement import statement_objects  # noqa: E402
 
 GRIPPER_NL = ("A robot with a left and a right gripper carries balls between rooms; a gripper is free when it "
               "holds no ball, and the robot is in one room at a time.\n[STATEMENT]\nAs initial conditions I have "

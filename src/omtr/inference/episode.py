@@ -38,8 +38,8 @@ from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
 from omtr.inference.policy import Generation, Policy, Sampling
+from omtr.inference.statement import statement_objects
 from omtr.solver.verdict import Verdict
-from omtr.tasks.statement import statement_objects
 from omtr.tasks.training import TrainingTask, task_mode
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from omtr.tasks.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
+from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
     STATEMENT, TEMPLATE_WORDS, _norm, statement_objects, statement_parts,
 )
 
