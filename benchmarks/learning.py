@@ -180,7 +180,7 @@ def paired(before: dict, after: dict, args) -> dict:
         gb, ga = before.get(f"b{b}_grounding"), after.get(f"b{b}_grounding")
         if gb and ga:
             out[f"b{b}"]["grounding"] = bootstrap_ci([a - o for o, a in zip(gb, ga) if a is not None and o is not None])
-    if "pass_k_success" in before:
+    if "pass_k_success" in before and "pass_k_success" in after:  # pass@k on both sides (an --reuse-before run may skip it)
         out[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(a) - float(o) for o, a in
                                                           zip(before[f"pass_k_{name}"], after[f"pass_k_{name}"])])
                                       for name in MEASURES}
