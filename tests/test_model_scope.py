@@ -36,10 +36,10 @@ def tight(tokenizer):
     return PddlGrammar(tokenizer, len(tokenizer), TIGHT)
 
 
-def _walk(grammar, seed: int, *, given=None, max_steps: int = 1500):
+def _walk(grammar, seed: int, *, given=None, objects=None, max_steps: int = 1500):
     """A random walk through the scoped decoder; returns (text, finished, state)."""
     rng = random.Random(seed)
-    st = grammar.state(scoped=True, given=given)
+    st = grammar.state(scoped=True, given=given, objects=objects)
     bm = grammar.allocate_bitmask(1)
     pieces = grammar.vocab.pieces
     V = grammar.vocab_size
@@ -94,6 +94,32 @@ def test_random_walks_under_a_given_domain_write_problems_that_lint(tokenizer):
             assert cat not in NAME_ERRORS + ("syntax",), (lint(domain, text).error.message, text)
             ok += cat is None
         assert ok > 10
+
+
+def test_random_walks_with_statement_names_declare_every_name_and_never_dead_end(tokenizer):
+    """The task statement's names as required objects (omtr.inference.statement, test_statement_objects.py)."""
+    from omtr.spec.model import parse_problem
+
+    g = PddlGrammar(tokenizer, len(tokenizer), GrammarLimits(name_len=8, objects=8, init=6, goal=3))
+    cases = [(examples.GRIPPER_DOMAIN, ["room_1", "ball_1", "ball_2", "room_2"], {"room_1": "room", "room_2": "room"}),
+             (examples.BW_DOMAIN, ["red", "blue", "green"], {})]
+    for domain, names, types in cases:
+        given = given_declarations(domain)
+        finished = 0
+        for seed in range(30):
+            text, done, st = _walk(g, seed, given=given, objects=names)
+            assert not st.scope_left and st.fallbacks == 0, text
+            if not done:
+                continue
+            finished += 1
+            objs = parse_problem(text).objects
+            assert set(names) <= set(objs), text
+            assert list(objs)[:len(names)] == sorted(names, key=list(objs).index)  # the names came first
+            for o, ty in types.items():
+                assert objs[o] == ty, text  # room_1 is a room
+            err = lint(domain, text).error
+            assert err is None or err.category.value not in ("syntax", "object_type", "predicate_schema"), text
+        assert finished > 10
 
 
 def test_the_plain_grammar_alone_admits_what_the_scope_rules_refuse(tight):

@@ -17,6 +17,7 @@ STATEMENT = "[STATEMENT]"
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
 _CLAUSE_SPLIT = re.compile(r",|;|\.(?:\s|$)|\n|\band\b")
 _GOAL = re.compile(r"\bgoal\b")
+_PART = re.compile(r"[_\-]+|(?<=[a-z])(?=[0-9])")
 # The statement's own wording (PlanBench's "As initial conditions I have that, ... My goal is to have
 # that ..."), and short function words: never names.
 TEMPLATE_WORDS = frozenset(
@@ -26,6 +27,11 @@ TEMPLATE_WORDS = frozenset(
 
 def _norm(word: str) -> str:
     return word.replace("_", "").replace("-", "")
+
+
+def name_parts(name: str) -> list[str]:
+    """A name's parts, split at ``_``/``-`` and before a digit run: ``ball_1`` and ``ball1`` -> ball, 1."""
+    return _PART.split(name)
 
 
 def statement_parts(nl: str) -> tuple[set[str], list[list[str]], list[list[str]]] | None:

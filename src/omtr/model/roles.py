@@ -425,7 +425,7 @@ class RoleModel(nn.Module):
     def _objects(self, objects, n: int):
         """Each prompt's statement names for the scope rules (None: none), or None when the
         config turns the rule off (``statement_objects``)."""
-        if objects is None or not getattr(self.cfg, "statement_objects", True):
+        if objects is None or not self.cfg.statement_objects:
             return None
         if len(objects) != n:
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")

@@ -38,6 +38,8 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from omtr.inference.statement import name_parts
+
 log = logging.getLogger("omtr.model")
 
 ROOT_TYPE = "object"
@@ -51,7 +53,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 def _names_type(obj: str, typ: str) -> bool:
     """Does the object's name hold the type's as a part (``ball_1``: ball; ``truck-0``: truck)?"""
-    return typ in re.split(r"[_\-]+|(?<=[a-z])(?=[0-9])", obj)
+    return typ in name_parts(obj)
 
 
 class Reject(Exception):

@@ -30,21 +30,18 @@ to. Names that are also words of the description (Mystery BlocksWorld's ``object
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
-    STATEMENT, TEMPLATE_WORDS, _norm, statement_objects, statement_parts,
+    STATEMENT, TEMPLATE_WORDS, _norm, name_parts, statement_parts,
 )
-
-_PART = re.compile(r"[_\-]+|(?<=[a-z])(?=[0-9])")
 
 
 def _name_of(arg: str, names: set[str]) -> str | None:
     a = arg.lower()
     if _norm(a) in names:
         return _norm(a)
-    hits = [p for p in _PART.split(a) if p in names]
+    hits = [p for p in name_parts(a) if p in names]
     return hits[0] if len(hits) == 1 else None
 
 
