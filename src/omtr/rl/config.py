@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omtr.config import ConfigError, EpisodeConfig
+from omtr.rl.rewards import GROUNDING_WEIGHT
 
 _EP = EpisodeConfig()
 
@@ -69,7 +70,7 @@ class TrainConfig:
                                "(half nontrivial, half how well the problem's atoms line up with the facts the "
                                "task's English states; never a reference); see omtr.rl.rewards.")
     judge_reward_weight: float = _f(_EP.judge_reward_weight, "R_A = b0 + w * s_J (paper: 0.3).")
-    grounding_weight: float = _f(0.5, "Under reward=grounded: score = (1 - w) * nontrivial + w * grounding (the F1 of "
+    grounding_weight: float = _f(GROUNDING_WEIGHT, "Under reward=grounded: score = (1 - w) * nontrivial + w * grounding (the F1 of "
                                       "the task's stated facts against the problem's atoms, omtr.rl.grounding).")
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
@@ -305,20 +306,23 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # group (no whitening across tasks), groups whose samples all got the same return replaced by
     # fresh tasks (dynamic sampling), two minibatches a batch so the clip acts, no KL term, the
     # Judge's term in R_A only once the Judge separates success from failure (AUC > 0.6) and its loss
-    # on 16 balanced Actor specs a batch (a whole prompt's forward and backward each), tasks of
+    # on 8 balanced Actor specs a batch (a whole prompt's forward and backward each), tasks of
     # up to 2 objects first (the cap rises as the rollouts succeed), the fast rollout engine.
     # LoRA on attention and MLP comes with the `small` model profile. The reward is `nontrivial`:
     # the paper's binary, but a solved spec with an empty plan scores 0 (the untrained model
     # "solves" almost every domain-given task with a spec whose goal already holds, so binary gives
-    # every sample of a group the same reward). 4 updates of 2 tasks x 8 samples
-    # by default (one update of 4 x 8 with an Editor turn took 27 min on a shared 2-core machine).
+    # every sample of a group the same reward). No Editor turn in training (max_repairs=0): the
+    # Actor's reward does not depend on it, and its rollouts and PPO items (each a prompt of its own,
+    # spec and diagnostic included) took about half of an update; with 16 Judge items instead of 8
+    # an update took ~150 s on a shared 2-core machine, now ~60 s. `--set max_repairs=1` trains the
+    # Editor too. 4 updates of 2 tasks x 8 samples by default.
     "small": TrainConfig(profile="small", model="small", reward="nontrivial", cycles=2, updates_per_cycle=2,
                          episodes_per_batch=16,
                          samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
-                         judge_gate_auc=0.6, judge_items_per_update=16, lr=2e-4, ppo_epochs=1, minibatches=2,
+                         judge_gate_auc=0.6, judge_items_per_update=8, lr=2e-4, ppo_epochs=1, minibatches=2,
                          kl_coef=0.0,
-                         max_repairs=1, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
+                         max_repairs=0, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
