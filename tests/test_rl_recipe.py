@@ -77,6 +77,21 @@ def test_the_trainer_keeps_groups_with_signal_up_to_what_the_batch_needs():
     assert Trainer._groups_with_signal(items, 0) == set()
 
 
+def test_a_group_whose_actor_returns_differ_only_by_the_judges_term_carries_no_signal():
+    """R_A = b0 + 0.3 s_J: when every spec of a group got the same outcome score, the Judge's term
+    is all the returns vary by; group normalisation would turn that into unit-size advantages, so
+    such a group is not trained on (its outcome scores decide, not its returns)."""
+    from omtr.rl.trainer import StepItem, Trainer
+
+    def item(ep, group, b0, s_j):
+        return StepItem(ep=ep, group=group, role="actor", step=0, prompt=[], tokens=[1], old_logprobs=[0.0],
+                        outcome="success", limited=False, judge_score=s_j, reward=b0 + 0.3 * s_j, score=b0)
+
+    items = [item(0, "judge-only", 0.0, 0.9), item(1, "judge-only", 0.0, 0.2),
+             item(2, "outcome", 1.0, 0.5), item(3, "outcome", 0.0, 0.5)]
+    assert Trainer._groups_with_signal(items, 4) == {"outcome"}
+
+
 # ------------------------------------------------------------------ the Judge gate
 
 def test_the_judge_gate_opens_only_once_the_judge_separates_success_from_failure():
@@ -143,6 +158,38 @@ def test_the_curriculum_counts_only_what_the_reward_counts_as_success(tmp_path, 
     out = tr._observe_recipe(episodes, False, 0, 0)
     assert out["curriculum_cap"] == 1.0  # the cap these rollouts ran under
     assert tr.curriculum.cap == cap
+
+
+@pytest.mark.parametrize("reward,opens", [("binary", True), ("nontrivial", False)])
+def test_the_judge_gate_measures_the_judge_against_what_the_reward_counts(tmp_path, reward, opens):
+    """The gate compares s_J with the Actor's rewarded success. A Judge that scores specs solved
+    with an empty plan high separates the planner's verdicts (AUC 1) but not the nontrivial
+    reward's (AUC 0.5), so under that reward its term stays out of R_A. Hand-made episodes
+    through the trainer's own bookkeeping (micro's specs never parse)."""
+    import torch
+
+    from omtr.inference.episode import Episode, Step
+    from omtr.model import build_model
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.solver.verdict import Verdict
+    from omtr.spec.categories import Category
+
+    torch.set_num_threads(1)
+    tasks = [TrainingTask("a1", "blocksworld", None, "Stack a on b.", {"n_objects": 1})]
+    cfg = train_profile("micro").replace(judge_gate_auc=0.6, reward=reward, curriculum=False, mlflow=False)
+    tr = Trainer(cfg, tasks, tmp_path / "run", env=object(), quiet=True, model=build_model("micro"))
+    with_plan = Verdict(success=True, plan=["(stack a b)"], plan_length=1, stage="done")
+    empty = Verdict(success=True, plan=[], plan_length=0, stage="done")
+    failed = Verdict(success=False, category=Category("syntax"), message="bad", stage="parse")
+    episodes = []
+    for verdict, s_j in ((with_plan, 0.2), (with_plan, 0.2), (empty, 0.9), (empty, 0.9), (failed, 0.1), (failed, 0.1)):
+        step = Step("actor", 0, "spec", "(define)", "(define)", verdict)
+        step.judge_score = s_j
+        episodes.append(Episode(tasks[0], budget=1, steps=[step]))
+    out = tr._observe_recipe(episodes, False, 0, 0)
+    assert out["judge_gate_auc"] == pytest.approx(1.0 if reward == "binary" else 0.5)
+    assert tr.judge_gate.open is opens
 
 
 def test_the_curriculum_starts_at_the_smallest_level_when_every_task_is_larger():

@@ -47,6 +47,7 @@ class StepItem:
     limited: bool
     judge_score: float | None
     reward: float | None = None
+    score: float | None = None  # the outcome score alone (the Actor's b0, without the Judge's term)
     advantage: float | None = None
     ret: float | None = None
     value: float | None = None
@@ -114,7 +115,8 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                                   tokens=list(s.token_ids), old_logprobs=list(s.logprobs),
                                   domain=ep.task.domain, objects=statement_objects(ep.task.nl),
                                   outcome=outcome(s.verdict), limited=s.verdict.limited,
-                                  judge_score=s.judge_score, reward=reward))
+                                  judge_score=s.judge_score, reward=reward,
+                                  score=score_of[(n, 0)] if s.role == "actor" else reward))
             prev = s
     return items, judge_items
 
@@ -122,11 +124,18 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
 # ---------------------------------------------------------------------------------------- dynamic sampling
 
 def select_groups(items: list[StepItem], want: int) -> set:
-    """Up to ``want`` groups (in rollout order) whose samples' returns differ for some role."""
+    """Up to ``want`` groups (in rollout order) whose samples' outcome scores differ for some role.
+
+    The Actor's signal is its outcome score ``b0`` alone, not ``R_A``: within a group whose specs
+    all scored the same, the Judge's term is all the return varies by, and group normalisation
+    would blow its small differences up to unit-size advantages, training the Actor to please
+    the Judge instead of the planner (a run with the nontrivial reward drifted that way into
+    specs with empty plans, which the Judge scores high and the reward scores 0)."""
     returns: dict[tuple, float] = {}
     for it in items:
-        if it.reward is not None and it.tokens:
-            returns[(it.role, it.group, it.ep)] = returns.get((it.role, it.group, it.ep), 0.0) + it.reward
+        value = it.score if it.role == "actor" and it.score is not None else it.reward
+        if it.reward is not None and it.tokens and value is not None:
+            returns[(it.role, it.group, it.ep)] = returns.get((it.role, it.group, it.ep), 0.0) + value
     signal = groups_with_signal(((role, g), ret) for (role, g, _), ret in returns.items())
     groups = list(dict.fromkeys(it.group for it in items))
     return set([g for g in groups if any((role, g) in signal for role in GEN_ROLES)][:max(0, want)])

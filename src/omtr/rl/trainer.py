@@ -388,7 +388,11 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         """Feed this update's rollouts (every rank's) to the Judge gate and the curriculum; returns
         their figures for the metrics."""
         cfg = self.cfg
-        mine = {"judge": [(e.judge_score, e.actor_success) for e in episodes
+        # The gate asks whether s_J separates what the reward counts as a success (under
+        # `nontrivial`, a spec solved with an empty plan is not one): a Judge that predicts only the
+        # planner's acceptance would otherwise open the gate and pull the Actor to degenerate specs.
+        actor_ok = self._rewarded(episodes, first_step=True)
+        mine = {"judge": [(e.judge_score, ok) for e, ok in zip(episodes, actor_ok)
                           if e.judge_score is not None and e.steps and not e.steps[0].verdict.limited],
                 "tasks": [(object_count(e.task), ok) for e, ok in zip(episodes, self._rewarded(episodes))]}
         parts = self.coll.gather(mine) if self.coll.active else [mine]
@@ -410,16 +414,17 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             out["groups_with_signal"], out["groups_rolled_out"] = float(k), float(n)
         return out
 
-    def _rewarded(self, episodes: list[Episode]) -> list[bool]:
-        """Whether each episode ended in a success its reward counts in full: the planner accepted
-        the final spec and the outcome score gives it 1 (under ``nontrivial`` a solved spec with an
-        empty plan does not count, so degenerate specs do not move the curriculum on)."""
-        last = [(n, e.steps[-1]) for n, e in enumerate(episodes) if e.steps]
-        if not last:
+    def _rewarded(self, episodes: list[Episode], *, first_step: bool = False) -> list[bool]:
+        """Whether each episode ended in a success its reward counts in full (with ``first_step``:
+        whether the Actor's spec was one): the planner accepted the spec and the outcome score
+        gives it 1 (under ``nontrivial`` a solved spec with an empty plan does not count, so
+        degenerate specs neither move the curriculum on nor open the Judge gate)."""
+        picked = [(n, e.steps[0] if first_step else e.steps[-1]) for n, e in enumerate(episodes) if e.steps]
+        if not picked:
             return [False] * len(episodes)
-        scores = step_scores(self.score, episodes, last)
-        full = {n: (sc or 0.0) >= 1.0 for (n, _), sc in zip(last, scores)}
-        return [e.success and full.get(n, False) for n, e in enumerate(episodes)]
+        scores = step_scores(self.score, episodes, picked)
+        full = {n: s.verdict.success and (sc or 0.0) >= 1.0 for (n, s), sc in zip(picked, scores)}
+        return [full.get(n, False) for n, e in enumerate(episodes)]
 
     # ------------------------------------------------------------------ episode log
     def _episode_log(self, episodes, items, first) -> tuple[Path | None, dict]:
