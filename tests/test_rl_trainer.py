@@ -89,6 +89,16 @@ def test_one_update_moves_every_trainable_parameter_and_no_frozen_one(tmp_path, 
     df = read_episode_log(log)
     assert set(df["role"]) == {"actor", "editor", "judge"}
     assert df.loc[df.role == "actor", "reward"].notna().all()
+    # beside it, what each step wrote, keyed like the log's rows and with the same spec hashes
+    import json
+
+    specs = [json.loads(x) for x in log.with_name("update-000000.specs.jsonl").read_text().splitlines()]
+    steps = df[df.role != "judge"]
+    assert len(specs) == len(steps)
+    by_key = {(s["episode"], s["role"], s["step"]): s for s in specs}
+    for r in steps.itertuples():
+        s = by_key[(r.episode, r.role, r.step)]
+        assert s["spec_hash"] == r.spec_hash and isinstance(s["text"], str)
 
 
 def test_judge_loss_falls_on_fixed_labelled_data(tmp_path, micro):

@@ -448,6 +448,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             path = None
         else:
             write_episode_log(rows, path)
+            self._spec_log(episodes, first, folder / f"{stem}.specs.jsonl")
         if not self.cfg.validate_logs:
             return path, {}
         report = validate_episode_log(path, max_step=max(self.cfg.budget - 1, 1)) if path is not None else None
@@ -462,6 +463,31 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if report is None:
             return None, {}
         return path, {"seconds": report.seconds, "text": text, "rows": report.rows}
+
+    def _spec_log(self, episodes, first: int, path: Path) -> None:
+        """What each generated step wrote, beside the parquet log (which keeps only its hash): one
+        JSON line per step with the parquet row's key (``episode``, ``role``, ``step``), its
+        ``spec_hash``, the model's raw ``text`` and the ``domain`` and ``problem`` extracted from it
+        (``domain`` null where the task gave it). Written whole to a temporary file, then renamed."""
+        import json
+
+        from omtr.validation.episodes import spec_hash
+
+        lines = []
+        for n, ep in enumerate(episodes):
+            given = ep.mode == "domain-given"
+            for s in ep.steps:
+                lines.append(json.dumps({
+                    "episode": first + n, "task_id": str(ep.task.id), "role": s.role, "step": s.index,
+                    "spec_hash": spec_hash(s.domain, s.problem), "text": s.text,
+                    "domain": None if given else s.domain, "problem": s.problem,
+                    "outcome": "success" if s.verdict.success else
+                               (s.verdict.category.value if s.verdict.category is not None else "unknown"),
+                    "plan_length": len(s.verdict.plan or []),
+                }))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(tmp, path)
 
     # ------------------------------------------------------------------ environment and signals
     @contextlib.contextmanager
