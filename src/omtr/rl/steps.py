@@ -47,7 +47,7 @@ class StepItem:
     limited: bool
     judge_score: float | None
     reward: float | None = None
-    score: float | None = None  # the outcome score alone (the Actor's b0, without the Judge's term)
+    score: float | None = None  # the Actor's outcome score b0 alone (no Judge term); None for the Editor
     advantage: float | None = None
     ret: float | None = None
     value: float | None = None
@@ -116,7 +116,7 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                                   domain=ep.task.domain, objects=statement_objects(ep.task.nl),
                                   outcome=outcome(s.verdict), limited=s.verdict.limited,
                                   judge_score=s.judge_score, reward=reward,
-                                  score=score_of[(n, 0)] if s.role == "actor" else reward))
+                                  score=score_of[(n, 0)] if s.role == "actor" else None))
             prev = s
     return items, judge_items
 
@@ -133,7 +133,7 @@ def select_groups(items: list[StepItem], want: int) -> set:
     specs with empty plans, which the Judge scores high and the reward scores 0)."""
     returns: dict[tuple, float] = {}
     for it in items:
-        value = it.score if it.role == "actor" and it.score is not None else it.reward
+        value = it.reward if it.score is None else it.score  # the Editor's: its return
         if it.reward is not None and it.tokens and value is not None:
             returns[(it.role, it.group, it.ep)] = returns.get((it.role, it.group, it.ep), 0.0) + value
     signal = groups_with_signal(((role, g), ret) for (role, g, _), ret in returns.items())

@@ -61,7 +61,7 @@ from omtr.inference.episode import Episode, run_episodes
 from omtr.inference.policy import Sampling
 from omtr.rl import losses as L
 from omtr.rl.advantages import ADVANTAGE_ESTIMATORS
-from omtr.rl.checkpoint import CheckpointMixin, _ckpt_name
+from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name
 from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
@@ -468,9 +468,10 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         """What each generated step wrote, beside the parquet log (which keeps only its hash): one
         JSON line per step with the parquet row's key (``episode``, ``role``, ``step``), its
         ``spec_hash``, the model's raw ``text`` and the ``domain`` and ``problem`` extracted from it
-        (``domain`` null where the task gave it). Written whole to a temporary file, then renamed."""
+        (``domain`` null where the task gave it), written atomically."""
         import json
 
+        from omtr.rl.rewards import outcome
         from omtr.validation.episodes import spec_hash
 
         lines = []
@@ -481,13 +482,10 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
                     "episode": first + n, "task_id": str(ep.task.id), "role": s.role, "step": s.index,
                     "spec_hash": spec_hash(s.domain, s.problem), "text": s.text,
                     "domain": None if given else s.domain, "problem": s.problem,
-                    "outcome": "success" if s.verdict.success else
-                               (s.verdict.category.value if s.verdict.category is not None else "unknown"),
+                    "outcome": outcome(s.verdict),
                     "plan_length": len(s.verdict.plan or []),
                 }))
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, path)
+        _atomic_write(path, "".join(line + "\n" for line in lines))
 
     # ------------------------------------------------------------------ environment and signals
     @contextlib.contextmanager
