@@ -322,6 +322,14 @@ class ModelConfig:
                           "block, ball_1, room_2; read from the English alone) as its first objects, each once, "
                           "before any of its own. False leaves the object names to the model."},
     )
+    statement_facts: bool = field(
+        default=True,
+        metadata={"help": "With statement_objects, each :init and goal atom over the statement's names stands for "
+                          "one of the statement's clauses of its part (\"the blue block is on top of the orange "
+                          "block\": an atom over blue, orange in that order), and :init and the goal close only "
+                          "when every such clause has its atom; the predicates stay the model's choice. Read "
+                          "from the English alone. False: the names only."},
+    )
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "

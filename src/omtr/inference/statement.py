@@ -54,6 +54,28 @@ def statement_parts(nl: str) -> tuple[set[str], list[list[str]], list[list[str]]
     return names, clauses(init_text), clauses(goal_text)
 
 
+class StatementNames(list):
+    """The statement's names (a list, as :func:`statement_objects` spells them) with the
+    statement's *facts*: ``facts = (init_keys, goal_keys)``, each key the normalised names of one
+    clause in the order the clause gives them (``("blue", "orange")`` for "the blue block is on top
+    of the orange block"; clauses without names are left out), or None. Scoped decoding
+    (``statement_facts``) makes each ``:init`` and goal atom over the statement's names stand for
+    one such clause of its part."""
+
+    facts: tuple | None = None
+    nameless: tuple = (0, 0)  # per part, the clauses that name nothing ("the hand is empty")
+
+
+def clause_keys(names: set[str], clauses: list[list[str]]) -> list[tuple[str, ...]]:
+    """Each clause's names in order (normalised); clauses without names are left out."""
+    out = []
+    for c in clauses:
+        k = tuple(w for w in c if w in names)
+        if k:
+            out.append(k)
+    return out
+
+
 def statement_objects(nl: str) -> list[str] | None:
     """The statement's names (:func:`statement_parts`) as it spells them, lower-cased, in order of
     first use, one spelling per name (``ball_1``, ``room_2``, ``red``): what scoped decoding makes a
@@ -71,4 +93,16 @@ def statement_objects(nl: str) -> list[str] | None:
         n = _norm(w)
         if n in names and n not in out and re.fullmatch(r"[a-z][a-z0-9_-]*", w):
             out[n] = w
-    return list(out.values()) or None
+    if not out:
+        return None
+    got = StatementNames(out.values())
+    got.facts = (tuple(clause_keys(names, parts[1])), tuple(clause_keys(names, parts[2])))
+    got.nameless = (nameless_clauses(names, parts[1]), nameless_clauses(names, parts[2]))
+    return got
+
+
+def nameless_clauses(names: set[str], clauses: list[list[str]]) -> int:
+    """How many clauses say something (a word beyond the statement's template) without a name:
+    "the hand is empty", "the left gripper is free" (when "left" is a word of the description)."""
+    return sum(1 for c in clauses if not any(w in names for w in c)
+               and any(w and w not in TEMPLATE_WORDS for w in c))

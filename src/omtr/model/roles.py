@@ -429,7 +429,14 @@ class RoleModel(nn.Module):
             return None
         if len(objects) != n:
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
-        return [tuple(o) if o else None for o in objects]
+        def one(o):
+            if not o:
+                return None
+            if getattr(o, "facts", None) is not None and self.cfg.statement_facts:
+                return o  # the names with the statement's facts (the facts rule)
+            return tuple(o)
+
+        return [one(o) for o in objects]
 
     @property
     def grammar(self):

@@ -38,7 +38,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from omtr.inference.statement import name_parts
+from omtr.inference.statement import _norm, name_parts
 
 log = logging.getLogger("omtr.model")
 
@@ -208,6 +208,14 @@ class ScopeTracker:
         req = tuple(dict.fromkeys(o for o in (objects or ()) if _NAME.fullmatch(o) and len(o) <= self.name_len
                                   and o not in self.constants))
         self.required = req if len(req) <= L.objects else ()
+        # The statement's facts (``objects.facts``, omtr.inference.statement.StatementNames): per
+        # part, the clause keys no atom stands for yet; only with the objects rule in force.
+        facts = getattr(objects, "facts", None) if self.required else None
+        self.fact_names = frozenset(_norm(o) for o in self.required) if facts else frozenset()
+        self.fact_left = {"init": tuple(facts[0]), "goal": tuple(facts[1])} if facts else None
+        free = getattr(objects, "nameless", (0, 0)) if facts else (0, 0)
+        self.fact_free = {"init": free[0], "goal": free[1]}  # atoms over none of the names still allowed
+        self.part_limit = {"init": L.init, "goal": L.goal}
         self._tq: _Types | None = None
         self._cands: dict = {}
 
@@ -444,12 +452,16 @@ class ScopeTracker:
         under_not = parent.kind == NOT
         conj = self._conj_of(f)
         out = {p for p in self.preds if self._room(conj, under_not, p, [], ctx) and self._fits(p)}
+        if self.fact_left is not None and ctx in ("init", "goal"):
+            out = {p for p in out if self._fact_path(ctx, p, [], conj, under_not)}
         eq = ctx == "pre" and self.equality and bool(self._terms("pre"))
         if eq:
             out.add("=")
         if ctx != "init":
             if parent.kind in (ACTION, GOAL):
                 out.add("and")
+            if parent.kind == GOAL and self.fact_left is not None and len(self.fact_left["goal"]) > 1:
+                return {"and"}  # the goal states more than one fact: one atom alone cannot hold them
             if not under_not and (ctx == "eff" or self.negation):
                 if eq or any(self._room(conj, True, p, [], ctx) and self._fits(p) for p in self.preds):
                     out.add("not")
@@ -530,7 +542,101 @@ class ScopeTracker:
         if i >= len(cands):
             return []
         conj = self._conj_of(f)
-        return [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
+        out = [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
+        if self.fact_left is not None and f.ctx in ("init", "goal"):
+            out = [c for c in out if self._fact_path(f.ctx, f.pred, f.args + [c], conj, f.neg)]
+        return out
+
+    # ------------------------------------------------------------------ the statement's facts
+
+    def _fname(self, obj: str) -> str | None:
+        """The statement's name an object stands for, or None."""
+        n = _norm(obj)
+        return n if n in self.fact_names else None
+
+    def _fact_path(self, ctx: str, pred: str, prefix: list[str], conj: _Frame | None = None,
+                   neg: bool = False) -> bool:
+        """Can ``(pred prefix...)`` still end as an atom the facts rule allows in part ``ctx``: one
+        over none of the statement's names (``(handempty)``, ``(free left)``) while the part has a
+        clause without names for it, or one whose arguments name, in order, the names of a clause
+        of the part no atom stands for yet?"""
+        cands = self._candidates(ctx, pred)
+        n = len(cands)
+        if n == 0:
+            return self.fact_free[ctx] > 0
+        got = [self._fname(a) for a in prefix]
+        if all(g is None for g in got) and self.fact_free[ctx] > 0:
+            rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), n)]
+            if all(rest) and self._unwritten(conj, neg, pred, list(prefix), rest):
+                return True
+        for key in self.fact_left[ctx]:
+            if len(key) != n or any(g != k for g, k in zip(got, key)):
+                continue
+            rest = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(prefix), n)]
+            if all(rest) and self._unwritten(conj, neg, pred, list(prefix), rest):
+                return True
+        return False
+
+    @staticmethod
+    def _unwritten(conj: _Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]]) -> bool:
+        """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj``?"""
+        if conj is None or not conj.used:
+            return True
+        import itertools
+
+        return any((neg, pred, tuple(prefix) + combo) not in conj.used for combo in itertools.product(*rest))
+
+    def _fact_written(self, f: _Frame) -> None:
+        """An atom of ``:init`` or the goal closed: the clause it stands for is used."""
+        key = tuple(self._fname(a) for a in f.args)
+        if all(k is None for k in key):  # for a clause that names nothing
+            if self.fact_free[f.ctx] <= 0:
+                raise Reject
+            self.fact_free = {**self.fact_free, f.ctx: self.fact_free[f.ctx] - 1}
+            return
+        left = list(self.fact_left[f.ctx])
+        if key not in left:
+            raise Reject
+        left.remove(key)
+        self.fact_left = {**self.fact_left, f.ctx: tuple(left)}
+
+    def _free_short(self, f: _Frame) -> bool:
+        """Closing ``:objects`` ``f``: would fewer atoms over none of the statement's names be
+        possible than ``:init`` has clauses without names ("the left gripper is free" needs an
+        object of the problem's own for ``(free left)``)?"""
+        need = self.fact_free["init"]
+        if need <= 0:
+            return False
+        tq = self._typeq()
+        own = [t for o, t in f.items.items() if self._fname(o) is None] + list(self.constants.values())
+        total = 0
+        for args in self.preds.values():
+            n = 1
+            for a in args:
+                n *= sum(1 for t in own if tq.fits(t, a))
+            total += n
+            if total >= need:
+                return False
+        return True
+
+    def _facts_open(self, ctx: str) -> bool:
+        """Is a clause of part ``ctx`` left that some predicate could still be written for?"""
+        conj = None
+        for g in reversed(self.stack):
+            if g.kind in (CONJ, INIT):
+                conj = g
+                break
+        if conj is not None and conj.used is not None and len(conj.used) >= self.part_limit[ctx]:
+            return False  # the grammar's bound on the part's atoms is reached: it has to close
+        for key in self.fact_left[ctx]:
+            for p, args in self.preds.items():
+                if len(args) != len(key) or not self._fits(p):
+                    continue
+                cands = self._candidates(ctx, p)
+                objs = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(key))]
+                if all(objs) and self._unwritten(conj, False, p, [], objs):
+                    return True
+        return False
 
     def _end_word(self, w: str, delim: str) -> None:
         f = self._top()
@@ -713,11 +819,15 @@ class ScopeTracker:
             self._finish_typed(f)
             if self._missing_objects(f) or self._group_types(f) or not self._params_viable(f, closing=True):
                 raise Reject
+            if self.fact_left is not None and len(f.items) < self.list_limit[OBJECTS] and self._free_short(f):
+                raise Reject  # the statement's clauses without names would have no atom to stand for them
             self._mutable_tables()
             self.objects = dict(f.items)
         elif k == ATOM:
             if len(f.args) != len(self.preds[f.pred]):
                 raise Reject
+            if self.fact_left is not None and f.ctx in ("init", "goal"):
+                self._fact_written(f)
             if self._conj_of(f) is not None:
                 self._record((f.neg, f.pred, tuple(f.args)))
         elif k == EQ:
@@ -725,6 +835,9 @@ class ScopeTracker:
                 raise Reject
         elif k == FORMULA:
             raise Reject  # "()" or a head never written: the grammar does not allow it either
+        elif self.fact_left is not None and (k in (INIT, GOAL) or (k == CONJ and self.stack[-2].kind == GOAL)):
+            if self._facts_open("init" if k == INIT else "goal"):
+                raise Reject  # a clause of the statement has no atom yet
         elif k == DEFINE and not self.domain_done:
             self.domain_done = True
         self.stack.pop()

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
-    STATEMENT, TEMPLATE_WORDS, _norm, name_parts, statement_parts,
+    STATEMENT, TEMPLATE_WORDS, _norm, clause_keys, name_parts, statement_parts,
 )
 
 
@@ -89,15 +89,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
     if not names:
         return None
 
-    def keys(clauses):
-        out = []
-        for c in clauses:
-            k = tuple(w for w in c if w in names)
-            if k:
-                out.append(k)
-        return out
-
-    ck_init, ck_goal = keys(init_clauses), keys(goal_clauses)
+    ck_init, ck_goal = clause_keys(names, init_clauses), clause_keys(names, goal_clauses)
     if not ck_init and not ck_goal:
         return None
     if not problem_text:
