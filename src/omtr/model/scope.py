@@ -22,8 +22,17 @@ when the caller passes them (``objects``), from the object names the task's stat
 English alone, never from a reference): the problem's ``:objects`` declares those names first, each
 once, before any name of its own, and cannot close while one is missing; such a name that holds a
 declared type's name as a part (``ball_1``) shares its group with no such name of another type, and
-the group takes that type (``ball_1 ball_2 - ball``). Nothing else here reads the
-task's text.
+the group takes that type (``ball_1 ball_2 - ball``). With those names come the statement's *facts*
+(:class:`omtr.inference.statement.StatementNames`, ``statement_facts`` in the model config): each
+clause's names in order ("the blue block is on top of the orange block": blue, orange). Then an
+atom of ``:init`` or the goal over the statement's names stands for one clause of its part not yet
+used, its arguments naming the clause's names in that order; an atom over none of the names (over
+no argument, or over objects of the problem's own: ``(handempty)``, ``(free left)``) stands for one
+of the part's clauses that name nothing ("the hand is empty"); ``:init``, the goal and its ``and``
+close only when no clause is left that an atom could still be written for, a goal with more than
+one clause is an ``and``, and ``:objects`` closes only when it has objects of its own enough for the
+clauses without names (or is full). The predicates stay the model's choice. Nothing else here
+reads the task's text.
 
 How it is applied (:class:`ScopedMask`): xgrammar computes the grammar's token mask; the tracker
 then removes the tokens it rejects. Inside a name whose allowed values are a finite set (declared

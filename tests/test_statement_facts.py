@@ -1,0 +1,232 @@
+"""The statement's facts under scoped decoding: each :init and goal atom over the task's names stands
+for one clause of the statement, read from the English alone.
+
+With the names rule alone (test_statement_objects.py) a small model declares the task's objects and
+then writes facts of its own making, which the planner solves and the checker never calls faithful.
+The facts rule leaves only the predicates to the model. These tests read real generated tasks, check
+the tracker's rules on hand-written answers, walk the decoder at random (no dead end, every finished
+answer keeps the rule) and check the config switch."""
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xgrammar")
+
+import numpy as np  # noqa: E402
+
+from omtr.inference.statement import StatementNames, statement_objects  # noqa: E402
+from omtr.model.grammar import GrammarLimits, PddlGrammar  # noqa: E402
+from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
+from omtr.solver import examples  # noqa: E402
+from omtr.spec.model import conjunction_literals, parse_problem  # noqa: E402
+
+def _described(family: str, statement: str) -> str:
+    """A generated task's own description of its domain, with ``statement`` as the statement."""
+    from omtr.tasks.generators import generate
+
+    nl = generate(family, 1, 5, min_objects=2, max_objects=2, verify=False)[0].nl
+    return nl[:nl.rfind("[STATEMENT]")] + "[STATEMENT]\n" + statement
+
+
+BW_NL = _described("blocksworld", (
+    "As initial conditions I have that, the blue block is clear, the yellow block is clear, the hand is empty, the "
+    "blue block is on top of the orange block, the orange block is on top of the red block, the red block is on the "
+    "table and the yellow block is on the table.\nMy goal is to have that the red block is on top of the orange "
+    "block and the blue block is on top of the yellow block."))
+BW_OK = ("(define (problem p) (:domain blocksworld-4ops) (:objects blue yellow orange red)"
+         " (:init (clear blue) (clear yellow) (handempty) (on blue orange) (on orange red) (ontable red) (ontable yellow))"
+         " (:goal (and (on red orange) (on blue yellow))))")
+GRIPPER_NL = _described("gripper", (
+    "As initial conditions I have that, the robot is in room_1, the left gripper is free, the right gripper is "
+    "free, ball_1 is in room_1 and ball_2 is in room_1.\nMy goal is to have that ball_1 is in room_1 and ball_2 "
+    "is in room_3."))
+GRIPPER_OK = ("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room"
+              " left right - gripper) (:init (at-robby room_1) (free left) (free right) (at ball_1 room_1)"
+              " (at ball_2 room_1)) (:goal (and (at ball_1 room_1) (at ball_2 room_3))))")
+
+
+def _domain(family):
+    from omtr.tasks.generators import generate
+
+    return generate(family, 1, 5, min_objects=2, max_objects=2, verify=False)[0].reference.domain
+
+
+@pytest.fixture(scope="module")
+def domains():
+    return {"blocksworld": _domain("blocksworld"), "gripper": _domain("gripper")}
+
+
+def _admits(domain, nl, text, limits=None):
+    return ScopeTracker(given_declarations(domain), objects=statement_objects(nl), limits=limits).admits(text)
+
+
+def test_the_facts_are_each_clauses_names_in_order():
+    names = statement_objects(BW_NL)
+    assert isinstance(names, StatementNames) and names == ["blue", "yellow", "orange", "red"]
+    init, goal = names.facts
+    assert init == (("blue",), ("yellow",), ("blue", "orange"), ("orange", "red"), ("red",), ("yellow",))
+    assert goal == (("red", "orange"), ("blue", "yellow"))
+    assert names.nameless == (1, 0)  # "the hand is empty"
+    g = statement_objects(GRIPPER_NL)
+    assert g.facts == ((("room1",), ("ball1", "room1"), ("ball2", "room1")), (("ball1", "room1"), ("ball2", "room3")))
+    assert g.nameless == (2, 0)  # the left and the right gripper are free ("left" is a word of the description)
+
+
+@pytest.mark.parametrize("family", ["blocksworld", "gripper"])
+def test_every_generated_tasks_facts_match_its_reference(family):
+    """On real generated tasks the clause keys are the reference's atoms over named objects, part by
+    part (a sanity check of the reading; the rule never sees a reference)."""
+    from omtr.inference.statement import _norm
+    from omtr.tasks.generators import generate
+
+    for t in generate(family, 6, 17, min_objects=2, max_objects=4, verify=False):
+        names = statement_objects(t.nl)
+        init, goal = names.facts
+        prob = parse_problem(t.reference.problem)
+        named_init = [a for a in prob.init if len(a) > 1]
+        named_goal = [a for a, _pos in conjunction_literals(prob.goal) if len(a) > 1]
+        # a clause with names per reference atom with arguments; Gripper's nameless clauses are the
+        # grippers' (free left), BlocksWorld's the hand's (handempty), which has none
+        assert len(init) == len(named_init) - (names.nameless[0] if family == "gripper" else 0), t.nl[-400:]
+        assert len(goal) == len(named_goal), t.nl[-400:]
+        assert all(len(k) in (1, 2) and all(n in {_norm(x) for x in names} for n in k) for k in init + goal)
+
+
+def test_the_tasks_own_problem_is_admitted(domains):
+    assert _admits(domains["blocksworld"], BW_NL, BW_OK)
+    assert _admits(domains["gripper"], GRIPPER_NL, GRIPPER_OK)
+    # the predicate stays the model's choice: a wrong one is in scope (the planner and the checker judge it)
+    assert _admits(domains["blocksworld"], BW_NL, BW_OK.replace("(clear blue)", "(ontable blue)"))
+
+
+@pytest.mark.parametrize("change", [
+    ("(on orange red) ", ""),                                          # a clause without its atom
+    ("(handempty)", "(handempty) (on red blue)"),                      # an atom for no clause
+    ("(on blue orange)", "(on orange blue)"),                          # the clause's names in another order
+    ("(and (on red orange) (on blue yellow))", "(on red orange)"),     # a goal of one fact for two clauses
+    (" (on blue yellow)", ""),                                         # a goal clause without its atom
+    ("(on red orange) (on blue yellow)", "(on red orange) (on blue yellow) (clear red)"),  # a goal fact of its own
+    ("(:objects blue yellow orange red)", "(:objects blue yellow orange red green)"),  # allowed; then:
+])
+def test_a_problem_that_leaves_the_statement_is_refused(domains, change):
+    old, new = change
+    text = BW_OK.replace(old, new)
+    assert text != BW_OK
+    if "green" in new:  # an object of its own is allowed, but an atom over it only for a clause without names
+        assert _admits(domains["blocksworld"], BW_NL, text)
+        assert not _admits(domains["blocksworld"], BW_NL, text.replace("(handempty)", "(handempty) (clear green)"))
+        return
+    assert not _admits(domains["blocksworld"], BW_NL, text)
+
+
+def test_clauses_without_names_get_atoms_over_the_problems_own_objects(domains):
+    d = domains["gripper"]
+    assert not _admits(d, GRIPPER_NL, GRIPPER_OK.replace("(free right)", "(free right) (carry ball_1 left)"))
+    # two clauses without names: a third atom over no name has no clause
+    third = GRIPPER_OK.replace("left right - gripper", "left right - gripper hall - room").replace(
+        "(free right)", "(free right) (at-robby hall)")
+    assert not _admits(d, GRIPPER_NL, third)
+    # :objects cannot close without objects for the clauses that name nothing (the grippers)
+    t = ScopeTracker(given_declarations(d), objects=statement_objects(GRIPPER_NL))
+    t.feed_text("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room")
+    assert not t.admits(")")
+    assert t.admits(" left right - gripper)")
+    # at the grammar's bound on objects the list has to close, and the rule yields
+    full = GrammarLimits(objects=4)
+    t = ScopeTracker(given_declarations(d), objects=statement_objects(GRIPPER_NL), limits=full)
+    t.feed_text("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room")
+    assert t.admits(")")
+
+
+def test_init_closes_only_when_every_clause_has_its_atom(domains):
+    t = ScopeTracker(given_declarations(domains["blocksworld"]), objects=statement_objects(BW_NL))
+    head = BW_OK[:BW_OK.find("(:init") + len("(:init")]
+    t.feed_text(head + " (clear blue)")
+    assert not t.admits(")")
+    assert t.admits(" (on blue orange")
+    assert not t.admits(" (on blue red")           # no clause names blue, red
+    assert not t.admits(" (clear blue)")           # written already
+    t.feed_text(" (clear yellow) (handempty)")
+    assert not t.admits(" (handempty")             # the one clause without names has its atom
+
+
+def test_without_the_names_rule_or_facts_nothing_changes(domains):
+    d = domains["blocksworld"]
+    free = BW_OK.replace("(on orange red) ", "")
+    plain = list(statement_objects(BW_NL))  # the names without the facts
+    assert ScopeTracker(given_declarations(d), objects=plain).admits(free)
+    assert not ScopeTracker(given_declarations(d), objects=statement_objects(BW_NL)).admits(free)
+
+
+def _walk(grammar, seed, *, given, objects, max_steps=2500):
+    rng = random.Random(seed)
+    st = grammar.state(scoped=True, given=given, objects=objects)
+    bm = grammar.allocate_bitmask(1)
+    pieces, V = grammar.vocab.pieces, grammar.vocab_size
+    for _ in range(max_steps):
+        forced = st.fill(bm, 0)
+        if forced is None:
+            ids = np.flatnonzero(np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:V])
+            tok = int(rng.choice(ids))
+        else:
+            tok = forced
+        if tok == grammar.eos:
+            break
+        assert st.accept(tok, pieces[tok]), st.text[-80:]
+        if st.matcher.is_terminated():
+            break
+    return st.text, st.matcher.is_completed() or st.matcher.is_terminated(), st
+
+
+def test_random_walks_under_the_facts_rule_never_dead_end_and_keep_it(domains):
+    """Uniform random walks through the combined mask reach corners no model would: the tracker
+    never leaves a step without a token (no fallback), and every finished problem has one atom per
+    named clause, with the clause's names in order, in each part."""
+    from omtr.inference.statement import _norm
+    from omtr.model.backbone import build_micro_tokenizer
+
+    tok = build_micro_tokenizer(1024)
+    g = PddlGrammar(tok, len(tok), GrammarLimits(name_len=8, objects=8, init=16, goal=8))
+    for domain, nl in ((domains["blocksworld"], BW_NL), (domains["gripper"], GRIPPER_NL)):
+        names = statement_objects(nl)
+        init_keys, goal_keys = names.facts
+        finished = 0
+        for seed in range(16):
+            text, done, st = _walk(g, seed, given=given_declarations(domain), objects=names)
+            assert not st.scope_left and st.fallbacks == 0, text
+            if not done:
+                continue
+            finished += 1
+            prob = parse_problem(text)
+            nm = {_norm(n) for n in names}
+
+            def keys(atoms):
+                out = []
+                for a in atoms:
+                    k = tuple(_norm(x) if _norm(x) in nm else None for x in a[1:])
+                    if any(k):
+                        out.append(k)
+                return sorted(out)
+
+            assert keys(prob.init) == sorted(init_keys), text
+            assert keys([a for a, _pos in conjunction_literals(prob.goal)]) == sorted(goal_keys), text
+        assert finished >= 8
+
+
+def test_the_config_switch_and_the_replay_keep_the_facts():
+    import dataclasses
+
+    from omtr.config import ModelConfig
+    from omtr.model.roles import RoleModel
+
+    names = statement_objects(BW_NL)
+    m = RoleModel.__new__(RoleModel)
+    m.cfg = ModelConfig()
+    assert m.cfg.statement_facts
+    got = m._objects([names], 1)[0]
+    assert got.facts == names.facts  # passed on with the facts (generation and the update's replay alike)
+    m.cfg = dataclasses.replace(ModelConfig(), statement_facts=False)
+    got = m._objects([names], 1)[0]
+    assert got == tuple(names) and getattr(got, "facts", None) is None
