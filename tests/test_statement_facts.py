@@ -133,6 +133,9 @@ def test_clauses_without_names_get_atoms_over_the_problems_own_objects(domains):
     t.feed_text("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room")
     assert not t.admits(")")
     assert t.admits(" left right - gripper)")
+    # while they lack objects, an object of its own takes a type that gives them an atom
+    assert not t.admits(" ball_9 - ball")
+    assert t.admits(" g1 - gripper g2 - gripper g3 - ball)")
     # at the grammar's bound on objects the list has to close, and the rule yields
     full = GrammarLimits(objects=4)
     t = ScopeTracker(given_declarations(d), objects=statement_objects(GRIPPER_NL), limits=full)

@@ -355,6 +355,8 @@ class ScopeTracker:
                     fit = {t for t in self._declared_types() if self._params_viable(f, t)}
                     if k == OBJECTS and self.required:
                         named = self._group_types(f) & fit
+                        if not named and self.fact_left is not None:
+                            return self._useful_types(f, fit), None
                         return named or fit, None
                     return fit, None
                 return self._declared_types(), None
@@ -614,19 +616,35 @@ class ScopeTracker:
         possible than ``:init`` has clauses without names ("the left gripper is free" needs an
         object of the problem's own for ``(free left)``)?"""
         need = self.fact_free["init"]
-        if need <= 0:
-            return False
+        return need > 0 and self._free_atoms(f.items, need) < need
+
+    def _free_atoms(self, items: dict, cap: int) -> int:
+        """How many atoms over none of the statement's names the objects ``items`` (name -> type)
+        and the constants allow (counted up to ``cap``)."""
         tq = self._typeq()
-        own = [t for o, t in f.items.items() if self._fname(o) is None] + list(self.constants.values())
+        own = [t for o, t in items.items() if self._fname(o) is None] + list(self.constants.values())
         total = 0
         for args in self.preds.values():
             n = 1
             for a in args:
                 n *= sum(1 for t in own if tq.fits(t, a))
             total += n
-            if total >= need:
-                return False
-        return True
+            if total >= cap:
+                return total
+        return total
+
+    def _useful_types(self, f: _Frame, fit: set[str]) -> set[str]:
+        """Types for the waiting group of objects of the problem's own while the clauses without
+        names lack objects: those that give them more atoms (all of ``fit`` when none does)."""
+        need = self.fact_free["init"]
+        if need <= 0 or not f.group or any(self._fname(o) is not None for o in f.group):
+            return fit
+        base = {o: t for o, t in f.items.items() if o not in f.group}
+        have = self._free_atoms(base, need)
+        if have >= need:
+            return fit
+        better = {t for t in fit if self._free_atoms({**base, **{o: t for o in f.group}}, need) > have}
+        return better or fit
 
     def _facts_open(self, ctx: str) -> bool:
         """Is a clause of part ``ctx`` left that some predicate could still be written for?"""
