@@ -139,8 +139,8 @@ def test_promote_refuses_a_version_that_does_not_beat_its_baseline(registry, cap
     assert main(["promote", "--name", NAME, "--version", v]) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert out == [f"{NAME} version {v} not promoted: faithful success 0.25 does not beat the untrained model's "
-                   f"0.25 (baseline.faithful): version {v} is no better than the model training started from "
-                   "(use --force to promote it anyway)"]
+                   f"0.25 (baseline.faithful), nor planner success 0.5 its 0.5: version {v} is no better than the "
+                   "model training started from (use --force to promote it anyway)"]
     assert alias(client, CHAMPION) is None and alias(client, CHALLENGER) == v  # even with no champion yet
     tag = decision_tag(client, v)
     assert tag["promote"] is False and tag["baseline"]["faithful"] == 0.25 and tag["challenger"]["faithful"] == 0.25
@@ -196,8 +196,10 @@ def test_a_version_without_baseline_is_promoted_as_before_and_says_so(registry, 
 def test_the_gate_compares_faithful_success_under_either_rule():
     b = Scores("b", 0.3, 0.9, 1.0)
     for rule in ("point", "ci"):
-        d = decide(Scores("2", 0.3, 1.0, 1.0, 0.1, 0.5), None, rule, b)
+        d = decide(Scores("2", 0.3, 0.9, 1.0, 0.1, 0.5), None, rule, b)
         assert not d.promote and "0.3 does not beat the untrained model's 0.3" in d.reason
+        assert decide(Scores("2", 0.3, 1.0, 1.0, 0.1, 0.5), None, rule, b).promote  # the tie goes to success
+        assert not decide(Scores("2", 0.29, 1.0, 1.0, 0.1, 0.5), None, rule, b).promote
         assert decide(Scores("2", 0.31, 0.0, 9.0, 0.31, 0.5), None, rule, b).promote
     assert decide(Scores("2", None, None, None), None, "point", b).promote  # nothing to compare: the rule decides
     assert not decide(Scores("1", 0.0, 0.0, 1.0), Scores("1", 0.0, 0.0, 1.0), "point", b).reason.startswith("faithful")
@@ -225,3 +227,16 @@ def test_the_baseline_key_follows_the_start_and_the_evaluation_not_the_training(
                     replace(base, model="runs/x/model"), replace(base, train_set=("decoding=plain",))):
         assert baseline_params(changed, "k") != same
     assert baseline_params(base, "other-tasks") != same
+
+
+def test_a_tie_on_faithful_success_goes_to_planner_success(registry, capsys):
+    """Equal faithful success and more tasks solved passes the gate; equal on both does not (above)."""
+    uri, client, add = registry
+    v = add(0.5, success=1.0, baseline=(0.5, 0.75))
+    assert main(["promote", "--name", NAME, "--version", v]) == 0
+    out = capsys.readouterr().out
+    assert ("faithful success 0.5 equals the untrained model's and planner success 1 beats its 0.75" in out)
+    assert alias(client, CHAMPION) == v
+    lower = add(0.5, success=0.5, baseline=(0.5, 0.75))
+    assert main(["promote", "--name", NAME, "--version", lower]) == 1
+    assert "nor planner success 0.5 its 0.75" in capsys.readouterr().out

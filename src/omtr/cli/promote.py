@@ -10,7 +10,8 @@ EXAMPLES = """  omtr promote --name omtr-role-model --version 3            # cha
 
 First the baseline gate: a version registered with baseline.* tags (the untrained model it was
 trained from, evaluated on the same validation tasks) is refused unless its faithful success is
-strictly above baseline.faithful; a version without them is judged by the rule alone.
+strictly above baseline.faithful, or equal to it with a planner success strictly above
+baseline.success; a version without them is judged by the rule alone.
 Rule `point`: higher faithful success on the validation split wins; ties go to higher solver
 success, then fewer average planner calls; a full tie keeps the champion. Rule `ci`: the lower
 end of the version's faithful-success bootstrap interval must be above the champion's value.

@@ -11,7 +11,8 @@ in :data:`RULES`:
 
 The baseline gate comes first: a version that carries ``baseline.*`` tags (the untrained model's
 evaluation on the same validation tasks, the model training started from) is refused unless its
-faithful success, the metric both rules rank by first, is strictly above ``baseline.faithful``.
+faithful success, the metric both rules rank by first, is strictly above ``baseline.faithful``, or
+equal to it with a planner success strictly above ``baseline.success`` (the rule's own tie-break).
 A version without baseline tags is judged by the rule alone (the decision says no baseline was
 recorded). ``force`` overrides both the gate and the rule.
 
@@ -93,7 +94,8 @@ def _fmt(x: float | None) -> str:
 
 def baseline_check(challenger: Scores, baseline: Scores | None) -> tuple[bool | None, str]:
     """The baseline gate: (True, why) when the version's faithful success is strictly above the
-    untrained model's, (False, why) when it is not, (None, why) when there is nothing to compare."""
+    untrained model's, or equal to it with a strictly higher planner success (no less faithful and
+    solving more); (False, why) otherwise; (None, why) when there is nothing to compare."""
     c = challenger
     if baseline is None or baseline.faithful is None:
         return None, f"no baseline recorded for version {c.version} (no baseline.{PRIMARY} tag): the rule alone decides"
@@ -102,13 +104,20 @@ def baseline_check(challenger: Scores, baseline: Scores | None) -> tuple[bool | 
     if c.faithful > baseline.faithful:
         return True, (f"faithful success {_fmt(c.faithful)} beats the untrained model's {_fmt(baseline.faithful)} "
                       f"(baseline.{PRIMARY})")
+    if c.faithful == baseline.faithful and c.success is not None and baseline.success is not None:
+        if c.success > baseline.success:
+            return True, (f"faithful success {_fmt(c.faithful)} equals the untrained model's and planner success "
+                          f"{_fmt(c.success)} beats its {_fmt(baseline.success)} (baseline.{PRIMARY}, baseline.success)")
+        return False, (f"faithful success {_fmt(c.faithful)} does not beat the untrained model's "
+                       f"{_fmt(baseline.faithful)} (baseline.{PRIMARY}), nor planner success {_fmt(c.success)} its "
+                       f"{_fmt(baseline.success)}")
     return False, (f"faithful success {_fmt(c.faithful)} does not beat the untrained model's "
                    f"{_fmt(baseline.faithful)} (baseline.{PRIMARY})")
 
 
 def decide(challenger: Scores, champion: Scores | None, rule: str = "point", baseline: Scores | None = None) -> Decision:
     """The promotion rule as a pure function: first the baseline gate (when ``baseline`` has a
-    faithful-success value the version must be strictly above it), then the rule against the champion."""
+    faithful-success value the version must beat it: :func:`baseline_check`), then the rule against the champion."""
     if rule not in RULES:
         raise PromotionError(f"unknown rule {rule!r}; choose one of {', '.join(RULES)}")
     gate, check = baseline_check(challenger, baseline)
