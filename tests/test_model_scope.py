@@ -18,6 +18,7 @@ from omtr.model.grammar import GrammarLimits, PddlGrammar, scoped_tokens  # noqa
 from omtr.model.scope import GivenDomainError, ScopeTracker, given_declarations  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.solver.lint import lint  # noqa: E402
+from scope_helpers import walk as _walk  # noqa: E402
 
 TIGHT = GrammarLimits(name_len=8, ws=2, types=2, predicates=3, predicate_args=2, actions=2, parameters=2,
                       literals=3, objects=4, init=4, goal=3, atom_args=2)
@@ -34,28 +35,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def tight(tokenizer):
     return PddlGrammar(tokenizer, len(tokenizer), TIGHT)
-
-
-def _walk(grammar, seed: int, *, given=None, objects=None, max_steps: int = 1500):
-    """A random walk through the scoped decoder; returns (text, finished, state)."""
-    rng = random.Random(seed)
-    st = grammar.state(scoped=True, given=given, objects=objects)
-    bm = grammar.allocate_bitmask(1)
-    pieces = grammar.vocab.pieces
-    V = grammar.vocab_size
-    for _ in range(max_steps):
-        forced = st.fill(bm, 0)
-        if forced is None:
-            ids = np.flatnonzero(np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:V])
-            tok = int(rng.choice(ids))
-        else:
-            tok = forced
-        if tok == grammar.eos:
-            break
-        assert st.accept(tok, pieces[tok]), st.text[-80:]
-        if st.matcher.is_terminated():
-            break
-    return st.text, st.matcher.is_completed() or st.matcher.is_terminated(), st
 
 
 def _category(domain, problem):

@@ -7,20 +7,16 @@ The facts rule leaves only the predicates to the model. These tests read real ge
 the tracker's rules on hand-written answers, walk the decoder at random (no dead end, every finished
 answer keeps the rule) and check the config switch."""
 
-import random
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
-import numpy as np  # noqa: E402
-
 from omtr.inference.statement import StatementNames, statement_objects  # noqa: E402
 from omtr.model.grammar import GrammarLimits, PddlGrammar  # noqa: E402
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
-from omtr.solver import examples  # noqa: E402
 from omtr.spec.model import conjunction_literals, parse_problem  # noqa: E402
+from scope_helpers import walk  # noqa: E402
 
 def _described(family: str, statement: str) -> str:
     """A generated task's own description of its domain, with ``statement`` as the statement."""
@@ -163,26 +159,6 @@ def test_without_the_names_rule_or_facts_nothing_changes(domains):
     assert not ScopeTracker(given_declarations(d), objects=statement_objects(BW_NL)).admits(free)
 
 
-def _walk(grammar, seed, *, given, objects, max_steps=2500):
-    rng = random.Random(seed)
-    st = grammar.state(scoped=True, given=given, objects=objects)
-    bm = grammar.allocate_bitmask(1)
-    pieces, V = grammar.vocab.pieces, grammar.vocab_size
-    for _ in range(max_steps):
-        forced = st.fill(bm, 0)
-        if forced is None:
-            ids = np.flatnonzero(np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:V])
-            tok = int(rng.choice(ids))
-        else:
-            tok = forced
-        if tok == grammar.eos:
-            break
-        assert st.accept(tok, pieces[tok]), st.text[-80:]
-        if st.matcher.is_terminated():
-            break
-    return st.text, st.matcher.is_completed() or st.matcher.is_terminated(), st
-
-
 def test_random_walks_under_the_facts_rule_never_dead_end_and_keep_it(domains):
     """Uniform random walks through the combined mask reach corners no model would: the tracker
     never leaves a step without a token (no fallback), and every finished problem has one atom per
@@ -197,7 +173,7 @@ def test_random_walks_under_the_facts_rule_never_dead_end_and_keep_it(domains):
         init_keys, goal_keys = names.facts
         finished = 0
         for seed in range(16):
-            text, done, st = _walk(g, seed, given=given_declarations(domain), objects=names)
+            text, done, st = walk(g, seed, given=given_declarations(domain), objects=names, max_steps=2500)
             assert not st.scope_left and st.fallbacks == 0, text
             if not done:
                 continue

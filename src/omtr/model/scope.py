@@ -43,6 +43,7 @@ grammar admits that cross a word boundary are simulated character by character.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -578,23 +579,25 @@ class ScopeTracker:
         got = [self._fname(a) for a in prefix]
         if all(g is None for g in got) and self.fact_free[ctx] > 0:
             rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), n)]
-            if all(rest) and self._unwritten(conj, neg, pred, list(prefix), rest):
+            if all(rest) and self._unwritten(conj, neg, pred, prefix, rest):
                 return True
-        for key in self.fact_left[ctx]:
-            if len(key) != n or any(g != k for g, k in zip(got, key)):
-                continue
-            rest = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(prefix), n)]
-            if all(rest) and self._unwritten(conj, neg, pred, list(prefix), rest):
-                return True
-        return False
+        return any(self._key_fits(ctx, pred, key, prefix, conj, neg) for key in self.fact_left[ctx])
+
+    def _key_fits(self, ctx: str, pred: str, key: tuple, prefix: list[str], conj: _Frame | None,
+                  neg: bool = False) -> bool:
+        """Can ``(pred prefix...)`` end as an atom not yet in ``conj`` whose arguments name
+        ``key``'s names in order?"""
+        cands = self._candidates(ctx, pred)
+        if len(key) != len(cands) or any(self._fname(a) != k for a, k in zip(prefix, key)):
+            return False
+        rest = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(prefix), len(key))]
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
 
     @staticmethod
     def _unwritten(conj: _Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]]) -> bool:
         """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj``?"""
         if conj is None or not conj.used:
             return True
-        import itertools
-
         return any((neg, pred, tuple(prefix) + combo) not in conj.used for combo in itertools.product(*rest))
 
     def _fact_written(self, f: _Frame) -> None:
@@ -646,24 +649,15 @@ class ScopeTracker:
         better = {t for t in fit if self._free_atoms({**base, **{o: t for o in f.group}}, need) > have}
         return better or fit
 
-    def _facts_open(self, ctx: str) -> bool:
-        """Is a clause of part ``ctx`` left that some predicate could still be written for?"""
-        conj = None
-        for g in reversed(self.stack):
-            if g.kind in (CONJ, INIT):
-                conj = g
-                break
+    def _facts_open(self, f: _Frame) -> bool:
+        """Closing ``f`` (``:init``, the goal or the goal's ``and``): is a clause of its part left
+        that some predicate could still be written for?"""
+        ctx = "init" if f.kind == INIT else "goal"
+        conj = f if f.kind in (CONJ, INIT) else None
         if conj is not None and conj.used is not None and len(conj.used) >= self.part_limit[ctx]:
             return False  # the grammar's bound on the part's atoms is reached: it has to close
-        for key in self.fact_left[ctx]:
-            for p, args in self.preds.items():
-                if len(args) != len(key) or not self._fits(p):
-                    continue
-                cands = self._candidates(ctx, p)
-                objs = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(key))]
-                if all(objs) and self._unwritten(conj, False, p, [], objs):
-                    return True
-        return False
+        return any(self._key_fits(ctx, p, key, [], conj) for key in self.fact_left[ctx]
+                   for p in self.preds if self._fits(p))
 
     def _end_word(self, w: str, delim: str) -> None:
         f = self._top()
@@ -863,7 +857,7 @@ class ScopeTracker:
         elif k == FORMULA:
             raise Reject  # "()" or a head never written: the grammar does not allow it either
         elif self.fact_left is not None and (k in (INIT, GOAL) or (k == CONJ and self.stack[-2].kind == GOAL)):
-            if self._facts_open("init" if k == INIT else "goal"):
+            if self._facts_open(f):
                 raise Reject  # a clause of the statement has no atom yet
         elif k == DEFINE and not self.domain_done:
             self.domain_done = True
