@@ -98,10 +98,10 @@ def test_identical_prompts_are_prefilled_once_and_sampled_apart(micro):
     prefilled = []
     forward = fast._forward
 
-    def spy(rw, x, pos, prefix, cache, mask):
+    def spy(rw, x, pos, prefix, cache, mask, **kw):
         if cache is not None and x.shape[1] > 1:
             prefilled.append(x.shape[0])  # rows in the prefill pass
-        return forward(rw, x, pos, prefix, cache, mask)
+        return forward(rw, x, pos, prefix, cache, mask, **kw)
 
     fast._forward = spy
     out = fast.generate("actor", rows, GREEDY, constraint="plain")
@@ -154,7 +154,8 @@ def test_rows_of_different_families_are_generated_in_groups_with_the_same_result
 def test_int8_engine_is_smaller_and_close(micro):
     fast = make_engine("fast", micro)
     fp32 = make_engine("fast", micro, quantize=False)
-    assert fast.memory_bytes() < 0.6 * fp32.memory_bytes()
+    gen = ("actor", "editor")  # the Judge's weights are fp32 in both
+    assert fast.memory_bytes(gen) < 0.6 * fp32.memory_bytes(gen)
     sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=1)
     gens = fast.generate("actor", PROMPTS, sampling, constraint="off")
     lp, mask = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=0.7, grammar=False)
@@ -331,3 +332,93 @@ def test_generation_progress_lines(micro, caplog, monkeypatch):
     monkeypatch.setenv("CI", "1")
     caplog.set_level(logging.INFO, logger="omtr.progress")
     assert not GenerationProgress("actor", 1).enabled
+
+
+def _family_prompts(n_per=2, families=("blocks", "balls")):
+    demo = {f: " ".join(f"{f} example step {k}: move the {f} thing {k} to place {k + 1}." for k in range(12))
+            for f in families}
+    return [[{"role": "system", "content": "You write PDDL for planning tasks, carefully."},
+             {"role": "user", "content": f"{demo[f]} Now the task: move {f} item {i} to place {i + 2}."}]
+            for i in range(n_per) for f in families]
+
+
+def _same(a, b):
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    for x, y in zip(a, b):
+        assert x.logprobs == y.logprobs, "log-probs equal, not merely close"
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_prefix_cache_is_exact(micro, quantize):
+    """Greedy tokens and log-probs with the prefix cache equal those without it: in one call
+    (a family's prompts share their blocks), in later calls (blocks found in the cache), for
+    prompts of mixed families, for the Judge; and the cache is used."""
+    rows = _family_prompts(3)
+    off = make_engine("fast", micro, quantize=quantize, prefix_cache=False, prefix_block=8)
+    on = make_engine("fast", micro, quantize=quantize, prefix_block=8)
+    want = off.generate("actor", rows, GREEDY, constraint="plain")
+    assert off.prefix_cache.blocks == 0 and off.prefill_stats["cached_tokens"] == 0
+    first = on.generate("actor", rows, GREEDY, constraint="plain")
+    _same(want, first)
+    assert on.last_groups == [3, 3] and on.prefix_cache.blocks > 0
+    assert on.prefill_stats["cached_tokens"] > 0, "the second prompt of a family finds the first one's blocks"
+    assert on.prefill_stats["computed_tokens"] < off.prefill_stats["computed_tokens"] / 2
+    before = on.prefill_stats["computed_tokens"]
+    again = on.generate("actor", rows, GREEDY, constraint="plain")  # a later call: the prefixes are cached
+    _same(want, again)
+    assert on.prefill_stats["computed_tokens"] - before < before / 3
+    for single in (rows[1:2], rows[4:5]):  # a request alone (serving): all prefix but its last token
+        _same(off.generate("actor", single, GREEDY, constraint="plain"),
+              on.generate("actor", single, GREEDY, constraint="plain"))
+    judge = [[{"role": "system", "content": "Judge PDDL."}] + r[1:] + [{"role": "user", "content": f"spec {i}"}]
+             for i, r in enumerate(rows)]
+    assert off.judge(judge) == on.judge(judge) == on.judge(judge)
+
+
+def test_judge_is_the_policys_and_uses_the_cache(micro):
+    fast = make_engine("fast", micro, prefix_block=8)
+    prompts = _family_prompts(2)
+    ref = micro.judge(prompts)
+    got = fast.judge(prompts)
+    assert got == pytest.approx(ref, abs=1e-5)
+    computed = fast.prefill_stats["computed_tokens"]
+    assert fast.judge(prompts) == got and fast.prefill_stats["computed_tokens"] - computed < computed / 3
+
+
+def test_prefix_cache_is_dropped_on_refresh_and_bounded(micro, caplog):
+    fast = make_engine("fast", micro, prefix_block=8)
+    fast.generate("actor", PROMPTS, GREEDY, constraint="off")
+    assert fast.prefix_cache.blocks > 0
+    fast.mark_stale()
+    fast.generate("actor", PROMPTS[:1], GREEDY, constraint="off")  # the refresh drops the old blocks first
+    assert fast.prefix_cache.stats.cleared >= 2  # made empty, then dropped by the refresh
+    assert fast.prefill_stats["cached_tokens"] == 0, "nothing of the old weights is reused"
+    want = make_engine("fast", micro, prefix_cache=False, prefix_block=8).generate("actor", PROMPTS, GREEDY,
+                                                                                   constraint="off")
+    tiny = make_engine("fast", micro, prefix_block=8, prefix_cache_mb=0.001)  # smaller than one block
+    with caplog.at_level(logging.WARNING, logger="omtr.rollout"):
+        _same(want, tiny.generate("actor", PROMPTS, GREEDY, constraint="off"))
+        _same(want, tiny.generate("actor", PROMPTS, GREEDY, constraint="off"))
+    assert tiny.prefix_cache.blocks == 0
+    assert sum("caches nothing" in r.getMessage() for r in caplog.records) == 1
+    small = make_engine("fast", micro, prefix_block=8, prefix_cache_mb=0.05)  # a few blocks: LRU
+    _same(want, small.generate("actor", PROMPTS, GREEDY, constraint="off"))
+    _same(want, small.generate("actor", PROMPTS, GREEDY, constraint="off"))
+    assert small.prefix_cache.bytes <= small.prefix_cache.capacity
+    with pytest.raises(ValueError, match="prefix_cache_mb"):
+        make_engine("fast", micro, prefix_cache_mb=-1)
+
+
+def test_prefill_progress_lines(micro, caplog, monkeypatch):
+    from omtr.progress import GenerationProgress
+
+    monkeypatch.delenv("CI", raising=False)
+    with caplog.at_level(logging.INFO, logger="omtr.progress"):
+        bar = GenerationProgress("actor", 2, first_s=0.0, every_s=0.0)
+        bar.start_prefill(300)
+        bar.prefill(128, cached=True)
+        bar.prefill(172)
+        bar.end_prefill()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "prefilling (actor): 300/300 prompt tokens (128 from the prefix cache)" in text
+    assert "tokens/s computed" in text

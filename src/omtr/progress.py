@@ -56,6 +56,35 @@ class GenerationProgress:
         self.start = time.monotonic()
         self.next = self.start + first_s
         self.lines = 0
+        self.prefill_total = self.prefill_done = self.prefill_cached = 0
+        self.prefill_start = self.start
+
+    # The prefill: prompt tokens computed (and found in the prefix cache), logged like the decode.
+    def start_prefill(self, total: int) -> None:
+        self.prefill_total, self.prefill_done, self.prefill_cached = total, 0, 0
+        self.prefill_start = time.monotonic()
+
+    def prefill(self, tokens: int, *, cached: bool = False) -> None:
+        self.prefill_done += tokens
+        if cached:
+            self.prefill_cached += tokens
+        if self.enabled:
+            now = time.monotonic()
+            if now >= self.next:
+                self.next = now + self.every_s
+                self.lines += 1
+                self.log.info("%s", self.prefill_line(now))
+
+    def prefill_line(self, now: float | None = None) -> str:
+        elapsed = max((now or time.monotonic()) - self.prefill_start, 1e-9)
+        computed = self.prefill_done - self.prefill_cached
+        return (f"prefilling ({self.desc}): {self.prefill_done}/{self.prefill_total} prompt tokens "
+                f"({self.prefill_cached} from the prefix cache), {computed / elapsed:.0f} tokens/s computed, "
+                f"{elapsed:.0f} s elapsed")
+
+    def end_prefill(self) -> None:
+        if self.enabled and self.lines:
+            self.log.info("%s (done)", self.prefill_line())
 
     def step(self, new_tokens: int, running: int) -> None:
         self.tokens += new_tokens

@@ -49,15 +49,18 @@ from omtr.config import ROLE_NAMES
 from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
 from omtr.rollout import OverModel
+from omtr.rollout.prefix_cache import PrefixCache
 
 log = logging.getLogger("omtr.rollout")
 
 SUPPORTED = ("llama", "qwen2")  # model_type values whose decoder this engine reproduces
 BLOCK = 64  # KV cache growth, in tokens
-KEPT_PREFIXES = 4  # stored prompt prefixes per role
-# A decode step of a small batch costs about as much as prefilling this many prompt tokens (SmolLM2
-# on 2 cores: 115-130 ms a step at batch 8, 3-4 ms a prefilled token): the exchange rate of _groups.
-DECODE_STEP_TOKENS = 32
+# The prefix cache (omtr.rollout.prefix_cache): prompt prefixes are computed in chunks of this many
+# tokens from the prompt's start, cache or not, and full chunks are kept as blocks. SmolLM2 on 2
+# cores: chunks of 128 tokens run at the speed of one pass over the whole prefix (see the README).
+PREFIX_BLOCK = 128
+PREFIX_CACHE_MB = 1024.0  # the cache's default bound (SmolLM2: ~46 KiB of keys and values a token)
+JUDGE_BATCH = 8  # Judge prompts scored together (their own tokens pass through the network at once)
 # A decode step multiplies only the head rows of the tokens the grammar allows when they are at
 # most this many (over the step's rows): the int8 head over SmolLM2's 49,152 tokens costs ~3 ms a
 # step at batch 8 on one core, 2,048 fp32 rows ~0.3 ms.
@@ -226,7 +229,8 @@ class FastEngine(OverModel):
 
     def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
                  keep_fp32: Sequence[str] = (), bf16_prefill: Sequence[str] = ("down",),
-                 unmerged: Sequence[str] = ("gate_up", "down")):
+                 unmerged: Sequence[str] = ("gate_up", "down"), prefix_cache: bool = True,
+                 prefix_cache_mb: float = PREFIX_CACHE_MB, prefix_block: int = PREFIX_BLOCK):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -252,14 +256,22 @@ class FastEngine(OverModel):
         self.weights: dict[str, _RoleWeights] = {}
         self._version = None
         self._stale = True
-        self._prefixes: dict[str, dict[tuple[int, ...], list]] = {}  # role -> prefix tokens -> per-layer K/V
+        if prefix_cache_mb < 0:
+            raise EngineError(f"prefix_cache_mb must be 0 or more, got {prefix_cache_mb}")
+        self.prefix_block = int(prefix_block)
+        self.prefix_cache = PrefixCache(self.prefix_block, int(prefix_cache_mb * 2**20))
+        self.use_prefix_cache = bool(prefix_cache)
+        # prompt tokens computed / found in the cache, time to the first new token (see reset_stats)
+        self.prefill_stats = {"computed_tokens": 0, "cached_tokens": 0, "prefill_s": 0.0}
+        self.first_token_s: float | None = None
+        self._stats_t0 = time.perf_counter()
         self._built: dict[tuple, tuple] = {}  # (role or None, layer, slot) -> (source stamps, module)
         self.rebuilt = 0  # linears the last refresh made anew
         self.refresh_s = 0.0
         self.refreshes = 0
         self.record_masks = False  # tests: keep each row's bitmask rows of the last generate
         self.last_masks: list[list] | None = None
-        self.last_groups: list[int] = []  # rows of each group the last generate ran apart (_groups)
+        self.last_groups: list[int] = []  # distinct prompts of each prefix segment of the last call (_segments)
         self._grammar_pool = None
         self.head_steps = {"sparse": 0, "full": 0}  # decode steps by how the head was applied (_next_token)
         self.refresh()
@@ -270,8 +282,28 @@ class FastEngine(OverModel):
     def tokenizer(self):
         return self.model.tokenizer
 
-    def judge(self, prompts):
-        return self.model.judge(prompts)
+    def set_prefix_cache(self, on: bool, mb: float | None = None) -> None:
+        """Turn the prefix cache on or off (``mb``: a new bound in MiB; the cache starts empty)."""
+        self.use_prefix_cache = bool(on)
+        if mb is not None:
+            if mb < 0:
+                raise EngineError(f"prefix_cache_mb must be 0 or more, got {mb}")
+            self.prefix_cache = PrefixCache(self.prefix_block, int(mb * 2**20))
+        self.prefix_cache.clear()
+
+    def reset_stats(self) -> None:
+        """Start counting prefill tokens and the time to the first new token anew."""
+        self.prefill_stats = {"computed_tokens": 0, "cached_tokens": 0, "prefill_s": 0.0}
+        self.first_token_s = None
+        self._stats_t0 = time.perf_counter()
+
+    def cache_report(self) -> dict:
+        """The prefix cache's state and counters, and the prefill counters since :meth:`reset_stats`."""
+        c = self.prefix_cache
+        return {"on": self.use_prefix_cache, "block_tokens": c.block, "bound_mb": round(c.capacity / 2**20, 1),
+                "blocks": c.blocks, "mb": round(c.bytes / 2**20, 1), **c.stats.to_dict(),
+                **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.prefill_stats.items()},
+                "first_token_s": None if self.first_token_s is None else round(self.first_token_s, 3)}
 
     # ------------------------------------------------------------------ weights
 
@@ -318,7 +350,8 @@ class FastEngine(OverModel):
                 built[key] = hit
             return hit[1]
 
-        def make(slot: str, key: tuple, mods, role: str) -> nn.Module:
+        def make(slot: str, key: tuple, mods, role: str, quantize: bool) -> nn.Module:
+            key = (quantize, *key)  # the Judge's fp32 linears apart from the generating roles' int8 ones
             adapted = any(adapted_by(mod, role) for mod in mods)
             base_stamps, lora_stamps = [], []
             for mod in mods:
@@ -329,15 +362,19 @@ class FastEngine(OverModel):
                                     float(mod.scaling[role])]
             base_stamps = tuple(base_stamps)
             if not adapted:  # unadapted linears are shared by the roles
-                return fetch((None, *key), base_stamps, lambda: self._build(slot, mods, role, adapted_by))
+                return fetch((None, *key), base_stamps, lambda: self._build(slot, mods, role, adapted_by, quantize))
             if slot in self.unmerged and not any(getattr(mod, "use_dora", {}).get(role) for mod in mods):
-                base = fetch((None, *key), base_stamps, lambda: self._build(slot, mods, role, lambda m, r: False))
+                base = fetch((None, *key), base_stamps,
+                             lambda: self._build(slot, mods, role, lambda m, r: False, quantize))
                 return fetch((role, *key), base_stamps + tuple(lora_stamps), lambda: _Adapted(base, mods, role))
             return fetch((role, *key), base_stamps + tuple(lora_stamps),
-                         lambda: self._build(slot, mods, role, adapted_by))
+                         lambda: self._build(slot, mods, role, adapted_by, quantize))
 
         weights = {}
-        for role in GENERATING_ROLES:
+        # The Judge reads the last hidden state (no head) in fp32: its scores are the policy's own,
+        # to float rounding, so the reward's s_J and the Judge's AUC do not move with the engine.
+        for role in (*GENERATING_ROLES, "judge"):
+            quantize = self.quantize and role != "judge"
             rw = _RoleWeights()
             for i, layer in enumerate(dec.layers):
                 L = _Layer()
@@ -346,22 +383,24 @@ class FastEngine(OverModel):
                 L.post_norm = layer.post_attention_layernorm.weight.detach().float().clone()
                 for slot, mods in (("qkv", (a.q_proj, a.k_proj, a.v_proj)), ("o", (a.o_proj,)),
                                    ("gate_up", (mlp.gate_proj, mlp.up_proj)), ("down", (mlp.down_proj,))):
-                    setattr(L, slot, make(slot, (i, slot), mods, role))
+                    setattr(L, slot, make(slot, (i, slot), mods, role, quantize))
                 rw.layers.append(L)
             rw.norm = dec.norm.weight.detach().float().clone()
             rw.embed = dec.embed_tokens.weight.detach()
+            rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
+            weights[role] = rw
+            if role == "judge":
+                continue
             head = base.get_output_embeddings()
-            rw.head = make("head", ("head",), (head,), role)
+            rw.head = make("head", ("head",), (head,), role, quantize)
             if not adapted_by(head, role):
                 lin = head.base_layer if isinstance(head, LoraLayer) else head
                 rw.head_rows = lin.weight.detach().float()
                 rw.head_bias = None if lin.bias is None else lin.bias.detach().float()
-            rw.role_vectors = m.role_embeddings[ROLE_NAMES.index(role)].detach().float().clone()
-            weights[role] = rw
         self.weights = weights
         self._built = built
         self.rebuilt = rebuilt
-        self._prefixes.clear()
+        self.prefix_cache.clear()  # keys and values of the old weights
         self._version = m._params_version()
         self._stale = False
         s = time.perf_counter() - t0
@@ -370,7 +409,7 @@ class FastEngine(OverModel):
         log.debug("fast engine refreshed in %.2f s (%d of %d linears rebuilt)", s, rebuilt, len(built))
         return s
 
-    def _build(self, slot: str, mods, role: str, adapted_by) -> nn.Module:
+    def _build(self, slot: str, mods, role: str, adapted_by, quantize: bool) -> nn.Module:
         """One engine linear: the modules' weights concatenated (rows), the role's LoRA deltas
         added where it adapts them, then int8 unless the slot is kept in fp32."""
         ws, bs = [], []
@@ -384,7 +423,7 @@ class FastEngine(OverModel):
         bias = None if all(b is None for b in bs) else torch.cat(
             [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
         weight = torch.cat(ws) if len(ws) > 1 else ws[0]
-        quantize = self.quantize and slot not in self.keep_fp32
+        quantize = quantize and slot not in self.keep_fp32
         if quantize and slot in self.bf16_prefill:
             return _PrefillBf16Linear(weight, bias)
         if quantize:
@@ -394,9 +433,10 @@ class FastEngine(OverModel):
         # when the policy's weights change; a frozen backbone never does).
         return _linear(weight, bias)
 
-    def memory_bytes(self) -> int:
+    def memory_bytes(self, roles: Sequence[str] | None = None) -> int:
         """Bytes of the weights this engine holds beyond the policy's (merged and quantized copies,
-        norms, role vectors); the embedding table is the policy's own."""
+        norms, role vectors) for ``roles`` (default: all, the Judge's fp32 weights included); the
+        embedding table is the policy's own. The prefix cache is apart (:meth:`cache_report`)."""
         seen: set[int] = set()
         total = 0
         own = {p.data_ptr() for p in self.model.base_model.parameters()}
@@ -413,12 +453,14 @@ class FastEngine(OverModel):
                 return _int8_bytes(mod)
             return sum(p.numel() * p.element_size() for p in mod.parameters() if p.data_ptr() not in own)
 
-        for rw in self.weights.values():
+        for role, rw in self.weights.items():
+            if roles is not None and role not in roles:
+                continue
             for L in rw.layers:
                 total += L.in_norm.numel() * 4 + L.post_norm.numel() * 4
                 for slot in ("qkv", "o", "gate_up", "down"):
                     total += mod_bytes(getattr(L, slot))
-            total += mod_bytes(rw.head) + rw.norm.numel() * 4 + rw.role_vectors.numel() * 4
+            total += (mod_bytes(rw.head) if rw.head is not None else 0) + rw.norm.numel() * 4 + rw.role_vectors.numel() * 4
         return total
 
     def _grammar_thread(self):
@@ -449,32 +491,52 @@ class FastEngine(OverModel):
         return x * cos + x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin
 
     def _forward(self, rw: _RoleWeights, x: torch.Tensor, pos: torch.Tensor, prefix: list | None,
-                 cache: "_RowCache | None", own_mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
-        """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S].
+                 cache: "_RowCache | None", own_mask: torch.Tensor | None, *, past: tuple | None = None,
+                 seg_of: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the decoder over ``x`` [B, S, H] at positions ``pos`` [B, S]; returns the final hidden
+        states (before the last norm).
 
-        ``prefix``: per layer (Kᵀ [kv, d, P], V [kv, P, d]) every row attends to (None: the prefix
-        pass itself).
-        ``cache``: the rows' own keys/values; the new ones are appended to it (None: the prefix
-        pass, whose keys/values are returned instead). ``own_mask`` [B, S, T] says which of the
-        rows' own keys each query sees (True = visible). Returns the final hidden states and, for
-        the prefix pass, the per-layer (K, V).
+        A prompt prefix's chunk (``past`` = (K, V, a): per layer keys and values [L, kv, P, d] of the
+        whole prefix, the first ``a`` positions filled): a batch of one whose keys and values are
+        written at ``a`` and that attends to the ``a`` before it and causally to itself.
 
-        Attention: the prefix pass and the rows' prefill (S > 1) go through PyTorch's fused
+        The rows (``cache``: their own keys and values, the new ones appended): ``prefix`` is a list
+        of segments, each per layer (Kᵀ [kv, d, P], V [kv, P, d]), and ``seg_of`` [B] the segment
+        of each row (None: one segment for all rows); a row attends to its segment's prefix and to
+        its own keys that ``own_mask`` [B, S, T] shows (True = visible).
+
+        Attention: a prefix chunk and the rows' prefill (S > 1) go through PyTorch's fused
         ``scaled_dot_product_attention`` (blockwise, grouped-query heads without copies; for the
-        rows the shared prefix keys are put in front of each row's own); a decode step (S = 1)
-        multiplies against the shared prefix once for all rows (no per-row copy of it)."""
+        rows the segment's prefix keys are put in front of each row's own); a decode step (S = 1)
+        multiplies against each segment's prefix once for its rows (no per-row copy of it)."""
         B, S, _ = x.shape
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         g = nh // nkv
         cos, sin = self._rope(pos)
         scale = d ** -0.5
-        out_kv = []
-        full_mask = hidden = None
-        if cache is not None and S == 1:
-            hidden = ~own_mask.unsqueeze(1)  # [B, 1, 1, T]: the rows' own keys a decode query does not see
-        if cache is not None and S > 1:
-            P = prefix[0][0].shape[2] if prefix else 0
-            full_mask = torch.cat([own_mask.new_ones((B, S, P)), own_mask], dim=-1).unsqueeze(1)  # [B, 1, S, P+T]
+        chunk_mask = hidden = None
+        segs: list[tuple[list, torch.Tensor | None, torch.Tensor | None]] = []  # (prefix, rows, their prefill mask)
+        if cache is not None:
+            if seg_of is None or len(prefix) == 1:
+                segs = [(prefix[0], None, None)]
+            else:
+                for k, pre in enumerate(prefix):
+                    idx = torch.nonzero(seg_of == k).flatten()
+                    if len(idx):
+                        segs.append((pre, idx, None))
+            if S == 1:
+                hidden = ~own_mask.unsqueeze(1)  # [B, 1, 1, T]: the rows' own keys a decode query does not see
+            else:
+                full = []
+                for pre, idx, _ in segs:
+                    m = own_mask if idx is None else own_mask[idx]
+                    P = pre[0][0].shape[2]
+                    full.append((pre, idx, torch.cat([m.new_ones((m.shape[0], S, P)), m], dim=-1).unsqueeze(1)))
+                segs = full  # [b, 1, S, P+T] each
+        elif past is not None and past[2] > 0:
+            a = past[2]
+            chunk_mask = torch.cat([torch.ones((S, a), dtype=torch.bool),
+                                    torch.tril(torch.ones((S, S), dtype=torch.bool))], dim=1)
         for i, L in enumerate(rw.layers):
             h = self._rms(x, L.in_norm)
             qkv = L.qkv(h)
@@ -482,34 +544,58 @@ class FastEngine(OverModel):
             q, k = qk[:, :, :nh], qk[:, :, nh:]
             v = qkv[..., (nh + nkv) * d:].view(B, S, nkv, d)
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # [B, kv, S, d]
-            if cache is None:  # the prefix pass (a batch of one): plain causal attention over itself
-                out_kv.append((k[0].transpose(-1, -2).contiguous(), v[0].contiguous()))  # K as [kv, d, P], V [kv, P, d]
-                att = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
+            if cache is None:  # a prefix chunk (a batch of one) after the ``a`` positions before it
+                Ka, Va, a = past
+                Ka[i, :, a:a + S] = k[0]
+                Va[i, :, a:a + S] = v[0]
+                keys, vals = Ka[i, :, :a + S].unsqueeze(0), Va[i, :, :a + S].unsqueeze(0)
+                if chunk_mask is None:
+                    att = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, is_causal=True, enable_gqa=True)
+                else:
+                    att = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=chunk_mask,
+                                                         enable_gqa=True)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
-            elif S > 1:  # the rows' prefill: each row's keys are [shared prefix; own tokens]
+            elif S > 1:  # the rows' prefill: each row's keys are [its segment's prefix; own tokens]
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                KpT, Vp = prefix[i]
-                Kf = torch.cat([KpT.transpose(-1, -2).unsqueeze(0).expand(B, -1, -1, -1), K], dim=2)
-                Vf = torch.cat([Vp.unsqueeze(0).expand(B, -1, -1, -1), V], dim=2)
-                att = F.scaled_dot_product_attention(q.transpose(1, 2), Kf, Vf, attn_mask=full_mask, enable_gqa=True)
+                qt = q.transpose(1, 2)
+                att = qt.new_empty(qt.shape) if len(segs) > 1 else None
+                for pre, idx, mask in segs:
+                    KpT, Vp = pre[i]
+                    Kr, Vr, qr = (K, V, qt) if idx is None else (K[idx], V[idx], qt[idx])
+                    b = Kr.shape[0]
+                    Kf = torch.cat([KpT.transpose(-1, -2).unsqueeze(0).expand(b, -1, -1, -1), Kr], dim=2)
+                    Vf = torch.cat([Vp.unsqueeze(0).expand(b, -1, -1, -1), Vr], dim=2)
+                    o = F.scaled_dot_product_attention(qr, Kf, Vf, attn_mask=mask, enable_gqa=True)
+                    if att is None:
+                        att = o
+                    else:
+                        att[idx] = o
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
             else:  # a decode step: the g query heads of a kv head side by side, no copies of K/V
                 qh = q.view(B, nkv, g, d)
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                s_r = (qh @ K.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))  # [B, kv, g, T]
-                KpT, Vp = prefix[i]  # [kv, d, P] and [kv, P, d], shared by every row
-                P = KpT.shape[2]
-                qp = qh.transpose(0, 1).reshape(nkv, B * g, d)
-                s_p = (qp @ KpT).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
-                p = torch.softmax(torch.cat([s_p, s_r], dim=-1).mul_(scale), dim=-1)
-                pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g, P)
-                o = (pp @ Vp).view(nkv, B, g, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, g, d]
-                att = o.reshape(B, 1, nh * d)
+                o_all = qh.new_empty((B, nkv, g, d)) if len(segs) > 1 else None
+                for pre, idx, _ in segs:
+                    qs, Ks, Vs, hs = (qh, K, V, hidden) if idx is None else (qh[idx], K[idx], V[idx], hidden[idx])
+                    b = qs.shape[0]
+                    s_r = (qs @ Ks.transpose(-1, -2)).masked_fill_(hs, float("-inf"))  # [b, kv, g, T]
+                    KpT, Vp = pre[i]  # [kv, d, P] and [kv, P, d], shared by the segment's rows
+                    P = KpT.shape[2]
+                    qp = qs.transpose(0, 1).reshape(nkv, b * g, d)
+                    s_p = (qp @ KpT).view(nkv, b, g, P).transpose(0, 1)  # [b, kv, g, P]
+                    p = torch.softmax(torch.cat([s_p, s_r], dim=-1).mul_(scale), dim=-1)
+                    pp = p[..., :P].transpose(0, 1).reshape(nkv, b * g, P)
+                    o = (pp @ Vp).view(nkv, b, g, d).transpose(0, 1) + p[..., P:] @ Vs  # [b, kv, g, d]
+                    if o_all is None:
+                        o_all = o
+                    else:
+                        o_all[idx] = o
+                att = o_all.reshape(B, 1, nh * d)
             x = x + L.o(att)
             h = self._rms(x, L.post_norm)
             gate, up = L.gate_up(h).chunk(2, dim=-1)
             x = x + L.down(F.silu(gate) * up)
-        return x, out_kv
+        return x
 
     def _next_token(self, rw: _RoleWeights, hid: torch.Tensor, bitmask, g, temperature: float, greedy: bool,
                     top_p: float, rng) -> tuple[torch.Tensor, torch.Tensor]:
@@ -545,72 +631,177 @@ class FastEngine(OverModel):
         lp = logp.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
         return (pick if cols is None else cols[pick]), lp
 
-    def _prefix(self, role: str, rw: _RoleWeights, tokens: list[int]) -> list:
-        """Keys/values of [e_ρ; tokens] as a batch of one, kept while the weights stay (the last
-        ``KEPT_PREFIXES`` of each role: a batch split by :meth:`_groups` holds one per group)."""
-        kept = self._prefixes.setdefault(role, {})
-        key = tuple(tokens)
-        if key in kept:
-            kept[key] = kept.pop(key)  # most recently used last
-            return kept[key]
-        R = rw.role_vectors.shape[0]
-        emb = F.embedding(torch.tensor([tokens], dtype=torch.long), rw.embed).float() if tokens else \
-            torch.zeros((1, 0, self.H))
-        x = torch.cat([rw.role_vectors.unsqueeze(0), emb], dim=1)
-        pos = torch.arange(R + len(tokens)).unsqueeze(0)
-        _, kv = self._forward(rw, x, pos, None, None, None)
-        kept[key] = kv
-        while len(kept) > KEPT_PREFIXES:
-            kept.pop(next(iter(kept)))
-        return kv
+    # ------------------------------------------------------------------ prompt prefixes and the prefill
 
-    def _shared_len(self, role: str, seqs: list[list[int]]) -> int:
-        """Tokens of the prompt prefix the rows share: a stored prefix of them all, unless their
-        common prefix is longer by ``MIN_SHARED_PREFIX`` tokens or more (then that, stored anew)."""
-        shortest = min(len(s) for s in seqs)
-        p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else shortest - 1
-        p = min(p, shortest - 1)
-        for tokens in sorted(self._prefixes.get(role, {}), key=len, reverse=True):
-            n = len(tokens)
-            if n <= shortest - 1 and all(tuple(s[:n]) == tokens for s in seqs):
-                if p - n < MIN_SHARED_PREFIX:
-                    return n
-                break
-        return p if p >= MIN_SHARED_PREFIX else 0
-
-    def _groups(self, seqs: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """The batch's rows split into groups generated one after another, when that is cheaper.
-
-        A batch shares one prompt prefix; rows of different families (each with its demonstration)
-        or different tasks (Editor prompts) share little of it. Prefilled per group, each group's
-        common prefix is computed once, at the price of the groups' decode steps run apart. Rows are
-        grouped by their common prefix (at least ``MIN_SHARED_PREFIX`` tokens beyond the batch's);
-        the split is taken when the prefill tokens it saves exceed ``DECODE_STEP_TOKENS`` x
-        ``max_new_tokens`` for each extra group. Identical prompts always share a group."""
-        B = len(seqs)
-        if B < 2:
-            return [list(range(B))]
+    def _segments(self, seqs: list[list[int]]) -> list[tuple[list[int], int]]:
+        """Distinct prompts ``seqs`` grouped by the prefix they share: ``[(rows, p)]``, each
+        segment's rows and the length of its shared prefix (a row keeps at least one token of its
+        own). Prompts whose common prefix is ``MIN_SHARED_PREFIX`` tokens longer than the whole
+        batch's share a segment (a family's prompts); the others make one segment together; a
+        prompt alone in its segment is all prefix but its last token. Segments depend on the batch alone, never on the cache's contents, so
+        the results are the same with the cache on or off."""
+        U = len(seqs)
+        if U == 1:
+            return [([0], len(seqs[0]) - 1)]
         common = min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1)
-        order = sorted(range(B), key=lambda i: seqs[i])
+        order = sorted(range(U), key=lambda i: seqs[i])
         groups: list[list[int]] = [[order[0]]]
         for i in order[1:]:
-            head = seqs[groups[-1][0]]
-            n = len(os.path.commonprefix([head, seqs[i]]))
-            if n >= common + MIN_SHARED_PREFIX:
+            if len(os.path.commonprefix([seqs[groups[-1][0]], seqs[i]])) >= common + MIN_SHARED_PREFIX:
                 groups[-1].append(i)
             else:
                 groups.append([i])
+        # Prompts that share nothing beyond the batch's prefix make one segment together (one
+        # segment each would cost each decode step an attention pass per prompt).
+        alone = sorted(i for grp in groups if len(grp) == 1 for i in grp)
+        groups = [sorted(grp) for grp in groups if len(grp) > 1] + ([alone] if alone else [])
         if len(groups) == 1:
-            return [list(range(B))]
-        saved = 0
-        for g in groups:
-            rows = {tuple(seqs[i]) for i in g}
-            shared = min(len(os.path.commonprefix([seqs[i] for i in g])) if len(g) > 1 else 0,
-                         min(len(seqs[i]) for i in g) - 1)
-            saved += (len(rows) - 1) * max(0, shared - common)
-        if saved < DECODE_STEP_TOKENS * max_new_tokens * (len(groups) - 1):
-            return [list(range(B))]
-        return [sorted(g) for g in sorted(groups, key=min)]
+            return [(list(range(U)), common)]
+        out = []
+        for rows in sorted(groups, key=min):
+            sub = [seqs[i] for i in rows]
+            shortest = min(len(x) for x in sub)
+            out.append((rows, shortest - 1 if len(sub) == 1 else min(len(os.path.commonprefix(sub)), shortest - 1)))
+        return out
+
+    def _prefix(self, role: str, rw: _RoleWeights, tokens: list[int], *, use_cache: bool, bar=None) -> list:
+        """Keys and values of ``[e_ρ; tokens]`` (a batch of one), per layer (Kᵀ [kv, d, P], V [kv, P, d]).
+
+        Computed in chunks of ``prefix_block`` tokens from the prompt's start, cache or not (so a
+        cached block is bit for bit what its chunk computes). With ``use_cache`` the chunks that
+        cached blocks cover are taken from the cache and the full chunks computed are kept in it."""
+        C = self.prefix_block
+        R = rw.role_vectors.shape[0]
+        n = len(tokens)
+        K = torch.empty((len(rw.layers), self.n_kv, R + n, self.head_dim))
+        V = torch.empty_like(K)
+        cache = self.prefix_cache if use_cache else None
+        path = cache.match(role, tokens) if cache is not None else []
+        a = 0
+        for node in path:
+            k, v = node.payload
+            K[:, :, a:a + k.shape[2]] = k
+            V[:, :, a:a + k.shape[2]] = v
+            a += k.shape[2]
+        done = len(path) * C
+        self.prefill_stats["cached_tokens"] += done
+        if bar is not None and done:
+            bar.prefill(done, cached=True)
+        pinned = list(path)
+        parent = path[-1] if path else None
+        if cache is not None:
+            cache.pin(pinned)
+        try:
+            for start in range(done, max(n, 1), C):
+                chunk = tokens[start:start + C]
+                emb = F.embedding(torch.tensor([chunk], dtype=torch.long), rw.embed).float() if chunk else \
+                    torch.zeros((1, 0, self.H))
+                x = torch.cat([rw.role_vectors.unsqueeze(0), emb], dim=1) if start == 0 else emb
+                b = a + x.shape[1]
+                self._forward(rw, x, torch.arange(a, b).unsqueeze(0), None, None, None, past=(K, V, a))
+                if cache is not None and len(chunk) == C:
+                    kv = (K[:, :, a:b].clone(), V[:, :, a:b].clone())
+                    node = cache.insert(role, parent, chunk, kv, 2 * kv[0].numel() * kv[0].element_size())
+                    if node is None:
+                        cache = None  # not kept (the bound): the chain stops here
+                    else:
+                        cache.pin([node])
+                        pinned.append(node)
+                        parent = node
+                a = b
+                self.prefill_stats["computed_tokens"] += len(chunk)
+                if bar is not None:
+                    bar.prefill(len(chunk))
+        finally:
+            self.prefix_cache.unpin(pinned)
+        return [(K[i].transpose(-1, -2).contiguous(), V[i]) for i in range(len(rw.layers))]
+
+    def _prefill(self, role: str, rw: _RoleWeights, seqs: list[list[int]], bar=None):
+        """The forward pass over prompts ``seqs``: each segment's prefix (:meth:`_segments`,
+        :meth:`_prefix`) as a batch of one, then the distinct prompts' own tokens as one batch on
+        top. Identical prompts (the samples of one task) are computed once.
+
+        With the prefix cache off, no computation is shared between different prompts: each
+        distinct prompt computes its segment's prefix itself (the same chunks, so the same keys
+        and values, as with the cache on: only the time differs).
+
+        Returns (last hidden states [U, H] before the final norm, the rows' cache, the segments'
+        prefixes, each distinct row's segment [U], next positions [U, 1], ``inverse``: the
+        distinct row of each of ``seqs``)."""
+        first_of: dict[tuple[int, ...], int] = {}
+        inverse = [first_of.setdefault(tuple(s), len(first_of)) for s in seqs]
+        distinct = [list(s) for s in first_of]
+        U = len(distinct)
+        segments = self._segments(distinct)
+        self.last_groups = [len(rows) for rows, _ in segments]
+        R = rw.role_vectors.shape[0]
+        p_of = [0] * U
+        seg_of = torch.zeros(U, dtype=torch.long)
+        for k, (rows, p) in enumerate(segments):
+            for i in rows:
+                p_of[i], seg_of[i] = p, k
+        own = [s[p_of[i]:] for i, s in enumerate(distinct)]
+        reps = [1 if self.use_prefix_cache else len(rows) for rows, _ in segments]
+        if bar is not None:
+            bar.start_prefill(sum(r * p for r, (_, p) in zip(reps, segments)) + sum(len(o) for o in own))
+        prefixes = []
+        for (rows, p), r in zip(segments, reps):
+            for _ in range(r):
+                kv = self._prefix(role, rw, distinct[rows[0]][:p], use_cache=self.use_prefix_cache, bar=bar)
+            prefixes.append(kv)
+        S = max(len(o) for o in own)
+        ids = torch.full((U, S), self.model.tokenizer.pad_token_id, dtype=torch.long)
+        valid = torch.zeros((U, S), dtype=torch.bool)
+        pos = torch.zeros((U, S), dtype=torch.long)
+        for i, o in enumerate(own):
+            ids[i, S - len(o):] = torch.tensor(o, dtype=torch.long)
+            valid[i, S - len(o):] = True
+            start = R + p_of[i]
+            pos[i, :S - len(o)] = start
+            pos[i, S - len(o):] = torch.arange(start, start + len(o))
+        cache = _RowCache(len(rw.layers), U, self.n_kv, self.head_dim, S + BLOCK)
+        cache.valid[:, :S] = valid
+        mask = torch.tril(torch.ones((S, S), dtype=torch.bool)).unsqueeze(0) & valid.unsqueeze(1)  # [U, S, T]
+        h = self._forward(rw, F.embedding(ids, rw.embed).float(), pos, prefixes, cache, mask, seg_of=seg_of)
+        self.prefill_stats["computed_tokens"] += sum(len(o) for o in own)
+        if bar is not None:
+            bar.prefill(sum(len(o) for o in own))
+            bar.end_prefill()
+        return h[:, -1], cache, prefixes, seg_of, pos[:, -1:] + 1, inverse
+
+    # ------------------------------------------------------------------ the Judge
+
+    @torch.no_grad()
+    def judge(self, prompts: Sequence[Messages], *, batch_size: int = JUDGE_BATCH) -> list[float]:
+        """s_J for each prompt: the policy's Judge (its adapter and role vectors merged into fp32
+        weights, its head) on this engine's prefill and prefix cache, in batches of at most
+        ``batch_size`` alike prompts; in the prompts' order."""
+        from omtr.model.batching import alike_chunks, prompt_text
+
+        if not prompts:
+            return []
+        m = self.model
+        if not self._current():
+            self.refresh()
+        prev_threads = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            t0 = time.perf_counter()
+            rw = self.weights["judge"]
+            seqs = m.encode_prompts(prompts)
+            out: list[float] = [0.0] * len(prompts)
+            head = m.judge_head
+            for chunk in alike_chunks([prompt_text(p) for p in prompts], batch_size):
+                hid, _, _, _, _, inverse = self._prefill("judge", rw, [seqs[i] for i in chunk])
+                s = torch.sigmoid(head(self._rms(hid, rw.norm).to(head.weight.dtype)).float()).squeeze(-1)
+                for j, i in enumerate(chunk):
+                    out[i] = float(s[inverse[j]])
+            self.prefill_stats["prefill_s"] += time.perf_counter() - t0
+            return out
+        finally:
+            if self.threads:
+                torch.set_num_threads(prev_threads)
 
     # ------------------------------------------------------------------ generation
 
@@ -638,72 +829,41 @@ class FastEngine(OverModel):
             objs = m._objects(objects, len(prompts))
             bar = GenerationProgress(role, len(prompts))
             seqs = m.encode_prompts(prompts)
-            groups = self._groups(seqs, sampling.max_new_tokens)
-            self.last_groups = [len(g) for g in groups]
-            gens: list = [None] * len(seqs)
-            masks: list = [None] * len(seqs)
-            left = len(seqs)
-            for k, rows in enumerate(groups):
-                left -= len(rows)
-                seed = None if sampling.seed is None else sampling.seed + k  # groups draw apart
-                sub = self._generate(m, role, [seqs[i] for i in rows], sampling, seed, stop_when, mode,
-                                     [given[i] for i in rows] if given else None, bar, left,
-                                     [objs[i] for i in rows] if objs else None)
-                for j, i in enumerate(rows):
-                    gens[i] = sub[j]
-                    if self.last_masks is not None:
-                        masks[i] = self.last_masks[j]
+            gens = self._generate(m, role, seqs, sampling, sampling.seed, stop_when, mode, given, bar, objs)
             bar.close()
-            self.last_masks = masks if self.record_masks and mode != "off" else None
+            if not (self.record_masks and mode != "off"):
+                self.last_masks = None
             return gens
         finally:
             if self.threads:
                 torch.set_num_threads(prev_threads)
 
-    def _generate(self, m, role, seqs, sampling, seed, stop_when, mode, given, bar, waiting,
-                  objs=None) -> list[Generation]:
-        """One group's generation (``waiting``: rows of later groups, counted as running)."""
+    def _generate(self, m, role, seqs, sampling, seed, stop_when, mode, given, bar, objs=None) -> list[Generation]:
+        """The batch's generation: the prefill (:meth:`_prefill`), then every row decoded together,
+        each row attending to its segment's prefix."""
         rw = self.weights[role]
         g = m.grammar if mode != "off" else None
         pieces = m.pieces
         eos = m.tokenizer.eos_token_id
-        pad = m.tokenizer.pad_token_id
         rng = torch.Generator(device="cpu")
         rng.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "little"))
         temperature = 1.0 if sampling.greedy else sampling.temperature
         B = len(seqs)
-        R = rw.role_vectors.shape[0]
+        waiting = 0
 
         t0 = time.perf_counter()
-        p = self._shared_len(role, seqs)
-        prefix = self._prefix(role, rw, seqs[0][:p])
         # Identical prompts (the samples of one task) are prefilled once: their keys, values and
         # first logits are copied to each of their rows.
-        first_of: dict[tuple[int, ...], int] = {}
-        inverse = [first_of.setdefault(tuple(s[p:]), len(first_of)) for s in seqs]
-        rows = [list(r) for r in first_of]
-        U = len(rows)
-        S = max(len(r) for r in rows)
-        ids = torch.full((U, S), pad, dtype=torch.long)
-        valid = torch.zeros((U, S), dtype=torch.bool)
-        pos = torch.full((U, S), R + p, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, S - len(r):] = torch.tensor(r, dtype=torch.long)
-            valid[i, S - len(r):] = True
-            pos[i, S - len(r):] = torch.arange(R + p, R + p + len(r))
-        cache = _RowCache(len(rw.layers), U, self.n_kv, self.head_dim, S + min(sampling.max_new_tokens, BLOCK))
-        cache.valid[:, :S] = valid
-        causal = torch.tril(torch.ones((S, S), dtype=torch.bool))  # [S, T=S]
-        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [U, S, T]
-        x = F.embedding(ids, rw.embed).float()
-        h, _ = self._forward(rw, x, pos, prefix, cache, mask)
-        hid = self._rms(h[:, -1], rw.norm)
-        next_pos = pos[:, -1:] + 1
-        if U < B:
+        h, cache, prefix, seg_of, next_pos, inverse = self._prefill(role, rw, seqs, bar)
+        hid = self._rms(h, rw.norm)
+        if inverse != list(range(B)):
             idx = torch.tensor(inverse)
             cache.select(idx)
-            hid, next_pos = hid[idx], next_pos[idx]
+            hid, next_pos, seg_of = hid[idx], next_pos[idx], seg_of[idx]
         prefill_ms = 1000 * (time.perf_counter() - t0)
+        self.prefill_stats["prefill_s"] += prefill_ms / 1000
+        if self.first_token_s is None:
+            self.first_token_s = time.perf_counter() - self._stats_t0
 
         tokens: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
@@ -781,7 +941,7 @@ class FastEngine(OverModel):
             if len(keep) < len(active):
                 idx = torch.tensor(keep)
                 cache.select(idx)
-                next_pos, choice, hid = next_pos[idx], choice[idx], hid[idx]
+                next_pos, choice, hid, seg_of = next_pos[idx], choice[idx], hid[idx], seg_of[idx]
                 active = [active[r] for r in keep]
             n = len(active)
             if g:
@@ -790,7 +950,7 @@ class FastEngine(OverModel):
             cache.reserve(1)
             cache.valid[:, cache.length] = True
             step_mask = cache.valid[:, :cache.length + 1].view(n, 1, -1)
-            h, _ = self._forward(rw, x, next_pos, prefix, cache, step_mask)
+            h = self._forward(rw, x, next_pos, prefix, cache, step_mask, seg_of=seg_of)
             hid = self._rms(h[:, -1], rw.norm)
             next_pos = next_pos + 1
         self.last_masks = masks

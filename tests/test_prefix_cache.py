@@ -1,0 +1,101 @@
+"""The prefix cache as a data structure: blocks found by the prefix they extend, LRU eviction of
+leaves under a byte bound, pins, a bound too small for one block, clearing."""
+
+import logging
+
+import pytest
+
+from omtr.rollout.prefix_cache import PrefixCache
+
+
+def fill(cache, ns, tokens, size=10):
+    """Insert every full block of ``tokens`` after what is cached; returns the path."""
+    path = cache.match(ns, tokens)
+    parent = path[-1] if path else None
+    for k in range(len(path), len(tokens) // cache.block):
+        node = cache.insert(ns, parent, tokens[k * cache.block:(k + 1) * cache.block], ("kv", k), size)
+        if node is None:
+            break
+        path.append(node)
+        parent = node
+    return path
+
+
+def test_blocks_are_found_by_the_prefix_they_extend():
+    c = PrefixCache(block=2, capacity_bytes=1000)
+    assert c.match("actor", [1, 2, 3, 4, 5]) == []
+    fill(c, "actor", [1, 2, 3, 4, 5])  # two full blocks; the fifth token is not kept
+    assert len(c) == 2 and c.bytes == 20
+    path = c.match("actor", [1, 2, 3, 4, 9, 9])
+    assert [n.payload for n in path] == [("kv", 0), ("kv", 1)]
+    assert [n.payload for n in c.match("actor", [1, 2, 7, 7])] == [("kv", 0)]
+    assert c.match("actor", [2, 1, 3, 4]) == [], "a block is found only after the same blocks"
+    assert c.match("editor", [1, 2, 3, 4]) == [], "namespaces (roles) do not share blocks"
+    fill(c, "actor", [1, 2, 7, 7])
+    assert len(c) == 3 and len(c.roots["actor"].children[(1, 2)].children) == 2
+    assert c.stats.hit_tokens > 0 and c.stats.inserted_blocks == 3
+
+
+def test_least_recently_used_leaves_go_first():
+    c = PrefixCache(block=1, capacity_bytes=40)
+    fill(c, "a", [1, 2])  # 1 -> 2
+    fill(c, "a", [3, 4])  # 3 -> 4
+    c.match("a", [1, 2])  # the path 1 -> 2 is used again
+    fill(c, "a", [5])  # full: the least recently used leaf (4) goes
+    assert [n.tokens for n in c.match("a", [3, 4])] == [(3,)]
+    assert len(c.match("a", [1, 2])) == 2
+    fill(c, "a", [6, 7])  # needs two blocks: 3 (a leaf now), then 5, least recently used
+    assert c.match("a", [3]) == [] and c.match("a", [5]) == []
+    assert len(c.match("a", [1, 2])) == 2 and len(c.match("a", [6, 7])) == 2
+    assert c.bytes <= c.capacity and c.stats.evicted_blocks == 3
+
+
+def test_a_parent_is_never_evicted_before_its_children():
+    c = PrefixCache(block=1, capacity_bytes=30)
+    fill(c, "a", [1, 2, 3])
+    fill(c, "a", [9])  # the leaf 3 goes, not the root block 1
+    assert len(c.match("a", [1, 2, 3])) == 2
+
+
+def test_pinned_blocks_stay_and_a_full_cache_of_pinned_blocks_refuses(caplog):
+    c = PrefixCache(block=1, capacity_bytes=20)
+    path = fill(c, "a", [1, 2])
+    c.pin(path)
+    with caplog.at_level(logging.WARNING, logger="omtr.rollout"):
+        assert c.insert("a", None, [5], "x", 10) is None
+        assert c.insert("a", None, [6], "x", 10) is None
+    assert len(c.match("a", [1, 2])) == 2
+    assert sum("in use" in r.getMessage() for r in caplog.records) == 1, "said once"
+    c.unpin(path)
+    assert c.insert("a", None, [5], "x", 10) is not None
+
+
+def test_a_bound_too_small_for_one_block_caches_nothing_and_says_so_once(caplog):
+    c = PrefixCache(block=4, capacity_bytes=5)
+    with caplog.at_level(logging.WARNING, logger="omtr.rollout"):
+        for _ in range(3):
+            assert fill(c, "a", [1, 2, 3, 4, 5, 6, 7, 8]) == []
+    assert len(c) == 0 and c.bytes == 0 and c.stats.refused_blocks == 3
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "caches nothing" in msgs[0]
+
+
+def test_a_child_of_an_evicted_block_is_not_kept():
+    c = PrefixCache(block=1, capacity_bytes=20)
+    parent = fill(c, "a", [1])[0]
+    fill(c, "a", [2])
+    fill(c, "a", [3])  # evicts 1 (least recently used)
+    assert c.insert("a", parent, [4], "x", 10) is None
+
+
+def test_clear_drops_everything_and_arguments_are_checked():
+    c = PrefixCache(block=2, capacity_bytes=100)
+    fill(c, "a", [1, 2, 3, 4])
+    c.clear()
+    assert len(c) == 0 and c.bytes == 0 and c.match("a", [1, 2, 3, 4]) == []
+    with pytest.raises(ValueError):
+        c.insert("a", None, [1], "x", 1)
+    with pytest.raises(ValueError):
+        PrefixCache(block=0, capacity_bytes=1)
+    with pytest.raises(ValueError):
+        PrefixCache(block=2, capacity_bytes=-1)
