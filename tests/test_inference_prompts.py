@@ -127,3 +127,32 @@ def _task_imports(path: Path) -> list[str]:
 def test_inference_imports_tasks_only_through_the_training_module():
     bad = [b for py in sorted((SRC / "inference").rglob("*.py")) for b in _task_imports(py)]
     assert not bad, bad
+
+
+def test_what_a_family_shares_comes_before_the_tasks_statement():
+    """For every role and both modes, two tasks of one family (same description and given domain,
+    other statements) have prompts that agree up to the statement: the rollout engine's prefix
+    cache then computes the family's part once."""
+    import os
+
+    from omtr.tasks.records import TrainingTask
+
+    desc = "I move blocks with one hand, one at a time, as the rules say.\n[STATEMENT]\n"
+    domain = "(define (domain blocks) (:predicates (on ?x ?y)))"
+    for given in (None, domain):
+        a = TrainingTask("a", "blocksworld", None, desc + "As initial conditions I have that, the red block is clear.",
+                         domain=given)
+        b = TrainingTask("b", "blocksworld", None, desc + "As initial conditions I have that, the blue block is clear.",
+                         domain=given)
+        for make in (P.actor_messages, lambda t: P.judge_messages(t, "(define ...)"),
+                     lambda t: P.editor_messages(t, "(define ...)", "syntax", "missing ')'")):
+            ta = "\n".join(m["content"] for m in make(a))
+            tb = "\n".join(m["content"] for m in make(b))
+            common = len(os.path.commonprefix([ta, tb]))
+            assert ta[:common].endswith("As initial conditions I have that, the ")
+            if given:
+                assert ta.index(domain) < ta.rindex("[STATEMENT]"), "the given domain before the statement"
+    actor = P.actor_messages(a)[-1]["content"]
+    assert P.split_given(actor) == (a.nl, domain)
+    assert P.split_given(f"{a.nl}{P.GIVEN_MARK}{domain}\n\nWrite the problem (define (problem ...)) for this domain.") \
+        == (a.nl, domain), "a turn in the former order is still read"

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 _EDITOR = re.compile(r"^Task:\n(?P<nl>.*?)\n\nPDDL written for it:\n(?P<spec>.*)\n\nThe planner rejected it"
                      r"(?: \((?P<cat>[a-z_]+)\))?: (?P<diag>.*)\n\nWrite the corrected domain and problem in full\.$",
                      re.DOTALL)
-_EDITOR_GIVEN = re.compile(r"^Task:\n(?P<nl>.*?)\n\nGiven domain:\n(?P<domain>.*?)\n\nProblem written for it:\n"
+_EDITOR_GIVEN = re.compile(r"^Given domain:\n(?P<domain>.*?)\n\nTask:\n(?P<nl>.*?)\n\nProblem written for it:\n"
                            r"(?P<spec>.*)\n\nThe planner rejected it(?: \((?P<cat>[a-z_]+)\))?: (?P<diag>.*)"
                            r"\n\nWrite the corrected problem in full\.$", re.DOTALL)
 

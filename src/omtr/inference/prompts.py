@@ -12,8 +12,8 @@ their instances are not ones the generators produce (other object names, other v
 The answer format asked for: the domain ``(define (domain ...))`` then the problem
 ``(define (problem ...))``, plain or in ```pddl fences (``omtr.inference.extract`` reads both).
 
-The domain-given mode (a task whose record carries ``domain``): the prompts show that domain after
-the task's text (under :data:`GIVEN_MARK`) and ask for the problem alone; the demonstration shows
+The domain-given mode (a task whose record carries ``domain``): the prompts show that domain before
+the task's text (under :data:`GIVEN_HEAD`) and ask for the problem alone; the demonstration shows
 its own domain as given and its problem as the answer; the Editor sees and repairs the problem
 only; the Judge sees the task, the given domain and the problem.
 """
@@ -79,9 +79,13 @@ SYSTEM_EDITOR_GIVEN = (
     "(define (problem ...)) for the given domain, nothing else."
 )
 
-# How a prompt shows a given domain: after the task's text, under this line.
-GIVEN_MARK = "\n\nGiven domain:\n"
-_GIVEN_ASK = "\n\nWrite the problem (define (problem ...)) for this domain."
+# How a prompt shows a given domain: first, under this line (what a family shares comes before
+# the task's own statement, so that the prompts of a family's tasks share nearly all their tokens
+# and the rollout engine's prefix cache computes them once; see omtr.rollout.prefix_cache).
+GIVEN_HEAD = "Given domain:\n"
+GIVEN_MARK = "\n\nGiven domain:\n"  # the former order: the task's text, then the domain under this line
+_GIVEN_ASK = "\n\nWrite the problem (define (problem ...)) for this domain, for the task below.\n\n"
+STATEMENT = "[STATEMENT]"  # PlanBench's marker between a family's description and the task's own statement
 
 SYSTEM_JUDGE = (
     "You judge whether PDDL written for a planning task will be accepted by a classical planner: "
@@ -279,18 +283,25 @@ MAX_SPEC_CHARS = 6000  # a degenerate previous answer is cut to this many charac
 
 
 def with_domain(nl: str, domain: str) -> str:
-    """The Actor's user turn in the domain-given mode: the task, then the given domain."""
-    return f"{nl}{GIVEN_MARK}{domain.strip()}{_GIVEN_ASK}"
+    """The Actor's user turn in the domain-given mode: the given domain and the request first, then
+    the task (the family's description, then its statement): what a family shares comes first."""
+    return f"{GIVEN_HEAD}{domain.strip()}{_GIVEN_ASK}{nl}"
 
 
 def split_given(text: str) -> tuple[str, str | None]:
-    """``(nl, given domain)`` of a user turn written by :func:`with_domain` (domain None otherwise)."""
+    """``(nl, given domain)`` of a user turn written by :func:`with_domain` (domain None otherwise;
+    a turn in the former order, the task then the domain, is read too)."""
+    if text.startswith(GIVEN_HEAD):
+        at = text.find(_GIVEN_ASK, len(GIVEN_HEAD))
+        if at >= 0:
+            return text[at + len(_GIVEN_ASK):], text[len(GIVEN_HEAD):at]
     at = text.rfind(GIVEN_MARK)
     if at < 0:
         return text, None
     rest = text[at + len(GIVEN_MARK):]
-    if rest.endswith(_GIVEN_ASK):
-        rest = rest[: -len(_GIVEN_ASK)]
+    old_ask = "\n\nWrite the problem (define (problem ...)) for this domain."
+    if rest.endswith(old_ask):
+        rest = rest[: -len(old_ask)]
     return text[:at], rest
 
 
@@ -334,7 +345,7 @@ def judge_messages(task: TaskLike, spec: str) -> Messages:
     if domain is not None:
         return [
             {"role": "system", "content": SYSTEM_JUDGE},
-            {"role": "user", "content": f"Task:\n{task.nl}{GIVEN_MARK}{domain.strip()}\n\nPDDL problem:\n{spec}\n\n"
+            {"role": "user", "content": f"{GIVEN_HEAD}{domain.strip()}\n\nTask:\n{task.nl}\n\nPDDL problem:\n{spec}\n\n"
                                         "Will the planner accept this PDDL?"},
         ]
     return [
@@ -354,7 +365,7 @@ def editor_messages(task: TaskLike, spec: str, category: str | None, diagnostic:
             {
                 "role": "user",
                 "content": (
-                    f"Task:\n{task.nl}{GIVEN_MARK}{domain.strip()}\n\nProblem written for it:\n{spec}\n\n"
+                    f"{GIVEN_HEAD}{domain.strip()}\n\nTask:\n{task.nl}\n\nProblem written for it:\n{spec}\n\n"
                     f"The planner rejected it{kind}: {diagnostic}\n\n"
                     "Write the corrected problem in full."
                 ),
