@@ -23,9 +23,11 @@ OMTR_IMAGE = f"ghcr.io/omtr/omtr:{omtr.__version__}"
 
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
-def prepare_tasks(family: str, n_train: int, n_val: int, min_objects: int, max_objects: int, seed: int,
-                  timeout_s: int, choices: dict, train_tasks: Output[Dataset], val_tasks: Output[Dataset]):
-    """`omtr tasks generate`: the training and validation splits (disjoint by task signature).
+def prepare_tasks(profile: str, mode: str, family: str, n_train: int, n_val: int, min_objects: int, max_objects: int,
+                  seed: int, timeout_s: int, choices: dict, train_tasks: Output[Dataset], val_tasks: Output[Dataset]):
+    """`omtr tasks generate`: the training and validation splits (disjoint by task signature), in the
+    task mode ``mode`` (given: each task carries the family's domain; full; profile: the profile's
+    own, as `omtr pipeline --mode profile` resolves it).
 
     First, so that a mistyped run parameter fails before anything costly: ``choices`` maps each
     parameter with a closed set of values to ``[value, [allowed...]]``."""
@@ -35,10 +37,14 @@ def prepare_tasks(family: str, n_train: int, n_val: int, min_objects: int, max_o
         if value not in allowed:
             raise ValueError(f"run parameter {param}={value!r} is not one of {allowed}: set it to one of them")
 
+    from omtr.tracking.pipeline import task_mode
+
+    mode = task_mode(profile, mode)
     for split, n, out in (("train", n_train, train_tasks), ("val", n_val, val_tasks)):
         run_omtr(["tasks", "generate", "--family", family, "--n", n, "--seed", seed, "--split", split,
-                  "--min-objects", min_objects, "--max-objects", max_objects, "--out", out.path], timeout_s=timeout_s)
-        out.metadata.update({"split": split, "tasks": n, "family": family, "seed": seed})
+                  "--min-objects", min_objects, "--max-objects", max_objects, "--out", out.path]
+                 + (["--given-domain"] if mode == "given" else []), timeout_s=timeout_s)
+        out.metadata.update({"split": split, "tasks": n, "family": family, "seed": seed, "mode": mode})
 
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
@@ -134,6 +140,39 @@ def evaluate(budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver
 
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
+def evaluate_baseline(profile: str, model: str, train_set: list, budget: int, max_new_tokens: int, bootstrap: int,
+                      seed: int, solver_url: str, mlflow_tracking_uri: str, timeout_s: int, val_tasks: Input[Dataset],
+                      metrics: Output[Metrics], report: Output[HTML], evaluation: Output[Dataset]):
+    """`omtr evaluate --policy model` of the untrained model (where training starts: the profile's
+    model or ``model``, with the decoding training gives it, resolved as the main job's
+    evaluate-baseline step resolves it) on the same validation tasks, with the same budget, token
+    limit, bootstrap and seed as ``evaluate``. ``register`` writes its metrics as ``baseline.*``
+    tags, which the promotion gate compares the trained version with."""
+    import json
+    import os
+    import shutil
+
+    from omtr.k8s.step import run_omtr
+    from omtr.tracking.pipeline import PipelineConfig, start_point
+
+    start, decoding = start_point(PipelineConfig(profile=profile, model="" if model in ("", "profile") else model,
+                                                 train_set=tuple(train_set)))
+    run_omtr(["evaluate", "--policy", "model", "--model", start, "--tasks", val_tasks.path,
+              "--out", evaluation.path, "--budget", budget, "--max-new-tokens", max_new_tokens,
+              "--bootstrap", bootstrap, "--seed", seed, "--overwrite", "--track",
+              *(["--decoding", decoding] if decoding else [])],
+             timeout_s=timeout_s, env={"OMTR_SOLVER_URL": solver_url, "MLFLOW_TRACKING_URI": mlflow_tracking_uri})
+    with open(os.path.join(evaluation.path, "metrics.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    for k in ("success", "faithful", "drift", "calls", "tasks"):
+        if isinstance(m.get(k), (int, float)):
+            metrics.log_metric(k, float(m[k]))
+    shutil.copyfile(os.path.join(evaluation.path, "report.html"), report.path)
+    evaluation.metadata.update({"model": start, "decoding": decoding, "solver": solver_url or "local workers",
+                                "budget": budget})
+
+
+@dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def validate_episodes(timeout_s: int, episodes: Input[Dataset], evaluation: Input[Dataset],
                       reports: Output[Dataset], summary: Output[Metrics]):
     """`omtr validate-episodes` on every episode log of training and evaluation. Bad data fails the
@@ -159,8 +198,11 @@ def validate_episodes(timeout_s: int, episodes: Input[Dataset], evaluation: Inpu
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_uri: str, timeout_s: int,
-             trained: Input[Model], evaluation: Input[Dataset]) -> NamedTuple("Registered", version=str, model_uri=str):
-    """`omtr register`: a new version of ``name`` (alias challenger) with the evaluation's metrics."""
+             trained: Input[Model], evaluation: Input[Dataset],
+             baseline: Input[Dataset]) -> NamedTuple("Registered", version=str, model_uri=str):
+    """`omtr register`: a new version of ``name`` (alias challenger) with the evaluation's metrics as
+    ``metric.*`` tags and the untrained model's (``baseline``, the evaluate-baseline step's output)
+    as ``baseline.*`` tags; `omtr register` refuses a baseline from other tasks or settings."""
     import json
     import os
     import tempfile
@@ -171,7 +213,8 @@ def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_
     out = os.path.join(tempfile.mkdtemp(prefix="omtr-register-"), "version.json")
     args = ["register", "--model-dir", trained.path, "--name", name, "--metrics",
             os.path.join(evaluation.path, "metrics.json"), "--budget", serve_budget,
-            "--max-new-tokens", max_new_tokens, "--json", out]
+            "--max-new-tokens", max_new_tokens, "--json", out,
+            "--baseline-metrics", os.path.join(baseline.path, "metrics.json")]
     if trained.metadata.get("mlflow_run_id"):
         args += ["--train-run", trained.metadata["mlflow_run_id"]]
     run_omtr(args, timeout_s=timeout_s, env={"MLFLOW_TRACKING_URI": mlflow_tracking_uri})
@@ -183,7 +226,10 @@ def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def promote(name: str, version: str, rule: str, mlflow_tracking_uri: str, timeout_s: int,
             decision: Output[Dataset]) -> bool:
-    """`omtr promote`: move `champion` to ``version`` if it wins by ``rule`` (point or ci). Returns
+    """`omtr promote`: move `champion` to ``version`` if it passes the baseline gate (its faithful
+    success above the untrained model's ``baseline.*`` tags, a tie going to planner success) and then
+    wins by ``rule`` (point or ci): the same command, and so the same gate, as the main job's promote
+    step. Returns
     whether the champion moved; a refusal is an outcome, not a failure (the deploy step then does
     not run). ``decision``: the rule's inputs and reason as JSON. (One unnamed output on purpose:
     kfp 2.17's local runner resolves only ``Output`` in a condition inside a sub-pipeline.)"""

@@ -1,4 +1,5 @@
-"""The omtr Kubeflow pipeline: prepare -> train -> evaluate -> validate -> register -> promote -> deploy.
+"""The omtr Kubeflow pipeline: prepare -> train -> evaluate (and evaluate-baseline) -> validate -> register ->
+promote -> deploy: the main job's steps (``omtr pipeline``), plus the roll-out of a new champion.
 
 Compile:  omtr pipeline compile --out pipelines/omtr_pipeline.yaml   (the committed YAML beside this file)
 Submit:   omtr pipeline submit --host https://KUBEFLOW/pipeline --token-env KF_TOKEN --param profile=small
@@ -25,9 +26,16 @@ never for registry and cluster changes; requests and limits sized to the work; a
 twice over: inside the component (a wall clock on the `omtr` child process, which every backend
 honours) and on the pod (``activeDeadlineSeconds`` via kfp-kubernetes, a little longer).
 
-Unlike the main job (``omtr pipeline``), there is no ``evaluate-baseline`` step: ``register`` adds
-versions without ``baseline.*`` tags, so ``promote`` judges them by the rule alone, not against the
-untrained model they started from.
+It gates like the main job. The run parameter ``mode`` (given: each task carries its family's
+domain and the model writes the problem; full: domain and problem; profile, the default: the
+profile's own, small given, micro and paper full) reaches the prepare step, which resolves it as
+``omtr pipeline --mode`` does. ``evaluate-baseline`` evaluates the model training starts from (the
+profile's model or ``model``, with the decoding training gives it) on the same validation tasks
+with the same budget, token limit, bootstrap and seed as ``evaluate``; it needs nothing from
+training, so on a cluster it runs beside it. ``register`` writes its metrics as ``baseline.*``
+tags, and ``promote`` runs ``omtr promote``, the command the main job's promote step runs: a
+version whose faithful success does not beat the untrained model's (a tie going to planner
+success) stays ``challenger`` and nothing is deployed.
 """
 
 import sys
@@ -39,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the components/ 
 
 from components import steps  # noqa: E402
 from omtr.k8s.trainjob import JOB_KINDS  # noqa: E402
+from omtr.tracking.pipeline import MODES  # noqa: E402 - the task modes, as `omtr pipeline --mode` takes them
 
 PIPELINE_NAME = "omtr"
 
@@ -75,6 +84,8 @@ STEPS = {
                   "gpus": 1},
     "train-job": {"retries": 1, "cache": True, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": None},
     "evaluate": {"component": "evaluator", "retries": 2, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"), "timeout_s": 4 * 3600},
+    "evaluate-baseline": {"component": "evaluator", "retries": 2, "cache": True, "cpu": ("4", "8"), "memory": ("16Gi", "24Gi"),
+                          "timeout_s": 4 * 3600},
     "validate": {"retries": 0, "cache": True, "cpu": ("1", "2"), "memory": ("2Gi", "4Gi"), "timeout_s": 1800},
     "register": {"retries": 0, "cache": False, "cpu": ("1", "2"), "memory": ("4Gi", "8Gi"), "timeout_s": 1800},
     "promote": {"retries": 0, "cache": False, "cpu": ("250m", "1"), "memory": ("512Mi", "1Gi"), "timeout_s": 600},
@@ -107,7 +118,7 @@ def _settle(task, step: str, *, pod_deadline_s: int | None = None):
 @dsl.pipeline(name="omtr-after-training",
               description="evaluate -> validate episode logs -> register -> promote -> deploy when champion moved")
 def after_training(trained: dsl.Input[dsl.Model], episodes: dsl.Input[dsl.Dataset], val_tasks: dsl.Input[dsl.Dataset],
-                   eval_budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver_url: str,
+                   baseline: dsl.Input[dsl.Dataset], eval_budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver_url: str,
                    mlflow_tracking_uri: str, registry_name: str, serve_budget: int, promotion_rule: str,
                    serving_namespace: str, serving_deployment: str, deploy_mode: str, serving_manifest: str,
                    deploy_timeout_s: int, solver_token_secret: str):
@@ -121,7 +132,7 @@ def after_training(trained: dsl.Input[dsl.Model], episodes: dsl.Input[dsl.Datase
                                          evaluation=ev.outputs["evaluation"]), "validate")
     reg = _settle(steps.register(name=registry_name, serve_budget=serve_budget, max_new_tokens=max_new_tokens,
                                  mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=STEPS["register"]["timeout_s"],
-                                 trained=trained, evaluation=ev.outputs["evaluation"]), "register")
+                                 trained=trained, evaluation=ev.outputs["evaluation"], baseline=baseline), "register")
     reg.after(va)  # only validated data is registered
     pro = _settle(steps.promote(name=registry_name, version=reg.outputs["version"], rule=promotion_rule,
                                 mlflow_tracking_uri=mlflow_tracking_uri, timeout_s=STEPS["promote"]["timeout_s"]),
@@ -135,11 +146,13 @@ def after_training(trained: dsl.Input[dsl.Model], episodes: dsl.Input[dsl.Datase
 
 @dsl.pipeline(name=PIPELINE_NAME,
               description=("omtr: generate tasks, train the Actor/Judge/Editor model, evaluate it against the "
-                           "solver fleet, validate the episode logs, register it in MLflow, promote it by the "
-                           "rule, and roll the serving Deployment to it when it becomes champion."))
+                           "solver fleet beside the untrained model it started from, validate the episode logs, "
+                           "register it in MLflow, promote it when it beats the untrained model and the champion, "
+                           "and roll the serving Deployment to it when it becomes champion."))
 def omtr_pipeline(
     profile: str = "small",
     model: str = "profile",
+    mode: str = "profile",
     train_on: str = "cpu",
     train_set: list = [],  # noqa: B006 - a pipeline parameter's default, never mutated
     train_timeout_s: int = 6 * 3600,
@@ -170,12 +183,21 @@ def omtr_pipeline(
     train_job_kind: str = "pytorchjob",
 ):
     choices = {"train_on": [train_on, list(TRAIN_ON)], "profile": [profile, ["small", "micro", "paper"]],
+               "mode": [mode, list(MODES)],
                "train_job_kind": [train_job_kind, list(TRAIN_JOB_KINDS)],
                "promotion_rule": [promotion_rule, ["point", "ci"]], "deploy_mode": [deploy_mode, ["apply", "dry-run"]]}
-    prep = _settle(steps.prepare_tasks(family=family, n_train=n_train, n_val=n_val, min_objects=min_objects,
+    prep = _settle(steps.prepare_tasks(profile=profile, mode=mode, family=family, n_train=n_train, n_val=n_val, min_objects=min_objects,
                                        max_objects=max_objects, seed=seed, timeout_s=STEPS["prepare"]["timeout_s"],
                                        choices=choices), "prepare")
-    rest = dict(val_tasks=prep.outputs["val_tasks"], eval_budget=eval_budget, max_new_tokens=max_new_tokens,
+    # the untrained model on the same validation tasks and settings: the promotion gate's baseline
+    base = _settle(steps.evaluate_baseline(profile=profile, model=model, train_set=train_set, budget=eval_budget,
+                                           max_new_tokens=max_new_tokens, bootstrap=bootstrap, seed=seed,
+                                           solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
+                                           timeout_s=STEPS["evaluate-baseline"]["timeout_s"],
+                                           val_tasks=prep.outputs["val_tasks"]), "evaluate-baseline")
+    kubernetes.use_secret_as_env(base, secret_name=solver_token_secret,
+                                 secret_key_to_env={SOLVER_TOKEN_KEY: SOLVER_TOKEN_ENV})
+    rest = dict(val_tasks=prep.outputs["val_tasks"], baseline=base.outputs["evaluation"], eval_budget=eval_budget, max_new_tokens=max_new_tokens,
                 bootstrap=bootstrap, seed=seed, solver_url=solver_url, mlflow_tracking_uri=mlflow_tracking_uri,
                 registry_name=registry_name, serve_budget=serve_budget, promotion_rule=promotion_rule,
                 serving_namespace=serving_namespace, serving_deployment=serving_deployment, deploy_mode=deploy_mode,

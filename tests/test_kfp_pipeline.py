@@ -89,10 +89,10 @@ def test_retries_caching_resources_and_deadlines():
     spec, platform = _docs(COMMITTED)
     tasks = _tasks(spec)
     execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    retries = {"prepare": 2, "train-cpu": 1, "train-gpu": 1, "train-job": 1, "evaluate": 2, "validate": 0,
-               "register": 0, "promote": 0, "deploy": 0}
+    retries = {"prepare": 2, "train-cpu": 1, "train-gpu": 1, "train-job": 1, "evaluate": 2, "evaluate-baseline": 2,
+               "validate": 0, "register": 0, "promote": 0, "deploy": 0}
     cached = {"prepare": True, "train-cpu": True, "train-gpu": True, "train-job": True, "evaluate": True,
-              "validate": True, "register": False, "promote": False, "deploy": False}
+              "evaluate-baseline": True, "validate": True, "register": False, "promote": False, "deploy": False}
     for step, n in retries.items():
         assert tasks[step], step
         for t in tasks[step]:  # the after-training steps appear once per training branch
@@ -117,12 +117,13 @@ def test_fleet_callers_get_the_token_from_the_secret():
     default = spec["root"]["inputDefinitions"]["parameters"]["solver_token_secret"]["defaultValue"]
     assert f"secretName: {default}" in fleet
     assert len(tasks["evaluate"]) == 3  # one per training branch
-    for t in tasks["evaluate"]:
+    assert len(tasks["evaluate-baseline"]) == 1  # needs nothing from training: once, beside it
+    for t in tasks["evaluate"] + tasks["evaluate-baseline"]:
         (sec,) = execs[t["_executor"]]["secretAsEnv"]
         assert sec["keyToEnv"] == [{"envVar": "OMTR_SOLVER_TOKEN", "secretKey": "token"}]
         assert sec["secretNameParameter"] == {"componentInputParameter": "solver_token_secret"}
         assert not sec.get("optional")  # a missing Secret stops the pod at start, not with a 401 later
-    callers = {t["_executor"] for t in tasks["evaluate"]}
+    callers = {t["_executor"] for t in tasks["evaluate"] + tasks["evaluate-baseline"]}
     for name, ex in spec["deploymentSpec"]["executors"].items():
         program = "\n".join(ex["container"]["command"] + ex["container"].get("args", []))
         if "OMTR_SOLVER_URL" in program:
@@ -144,10 +145,11 @@ def test_components_run_omtr_on_the_omtr_image_without_installing_anything():
 def test_declared_run_parameters():
     spec, _ = _docs(COMMITTED)
     params = spec["root"]["inputDefinitions"]["parameters"]
-    for p in ("profile", "model", "train_on", "family", "n_train", "n_val", "eval_budget", "mlflow_tracking_uri",
+    for p in ("profile", "model", "mode", "train_on", "family", "n_train", "n_val", "eval_budget", "mlflow_tracking_uri",
               "solver_url", "registry_name", "promotion_rule", "serving_namespace", "serving_deployment", "deploy_mode"):
         assert p in params, p
     assert params["deploy_mode"]["defaultValue"] == "apply"
+    assert params["mode"]["defaultValue"] == "profile"  # the profile's own, as `omtr pipeline --mode profile`
     assert params["n_train"]["parameterType"] == "NUMBER_INTEGER"
     assert params["train_set"]["parameterType"] == "LIST"
 
@@ -163,9 +165,36 @@ def test_a_mistyped_choice_fails_the_first_step(tmp_path):
     class _Out:
         path, metadata = str(tmp_path / "x.jsonl"), {}
 
+    def prepare(**choices):
+        fn(profile="small", mode="profile", family="blocksworld", n_train=1, n_val=1, min_objects=2, max_objects=2,
+           seed=0, timeout_s=60, choices=choices, train_tasks=_Out(), val_tasks=_Out())
+
     with pytest.raises(ValueError, match=r"train_on='gpus' is not one of \['cpu', 'gpu', 'train-job'\]"):
-        fn(family="blocksworld", n_train=1, n_val=1, min_objects=2, max_objects=2, seed=0, timeout_s=60,
-           choices={"train_on": ["gpus", ["cpu", "gpu", "train-job"]]}, train_tasks=_Out(), val_tasks=_Out())
+        prepare(train_on=["gpus", ["cpu", "gpu", "train-job"]])
+    with pytest.raises(ValueError) as err:
+        prepare(mode=["domain-given", ["profile", "given", "full"]])
+    assert str(err.value) == ("run parameter mode='domain-given' is not one of ['profile', 'given', 'full']: "
+                              "set it to one of them")
+    assert not Path(_Out.path).exists()  # refused before any task was written
+
+
+def test_the_mode_reaches_the_prepare_step_and_the_baseline_reaches_register():
+    """The task mode is a run parameter checked by the first step; evaluate-baseline runs on the
+    prepare step's validation tasks with evaluate's settings, and every register task gets its output."""
+    spec, _ = _docs(COMMITTED)
+    tasks = _tasks(spec)
+    (prep,) = tasks["prepare"]
+    assert prep["inputs"]["parameters"]["mode"] == {"componentInputParameter": "mode"}
+    assert "pipelinechannel--mode" in str(prep["inputs"]["parameters"]["choices"])
+    (base,) = tasks["evaluate-baseline"]
+    assert base["inputs"]["artifacts"]["val_tasks"]["taskOutputArtifact"]["producerTask"] == "prepare-tasks"
+    for p in ("budget", "max_new_tokens", "bootstrap", "seed", "profile", "model", "train_set"):
+        assert p in base["inputs"]["parameters"], p
+    assert len(tasks["register"]) == 3
+    for reg in tasks["register"]:
+        assert reg["inputs"]["artifacts"]["baseline"] == {"componentInputArtifact": "baseline"}
+    program = "\n".join(spec["deploymentSpec"]["executors"][tasks["register"][0]["_executor"]]["container"]["command"])
+    assert '"--baseline-metrics"' in program
 
 
 def test_compile_for_another_registry_replaces_every_image(tmp_path):

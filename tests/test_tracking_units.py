@@ -98,6 +98,13 @@ def test_content_keys_and_profiles():
     assert for_profile(PipelineConfig(profile="paper")).mode == "full"
     with pytest.raises(ValueError, match="unknown task mode"):
         PipelineConfig(mode="half")
+    # the run parameter `mode` (main job and Kubeflow pipeline): an explicit mode wins, `profile` takes the profile's
+    from omtr.tracking.pipeline import task_mode
+
+    assert [task_mode(p) for p in ("small", "micro", "paper")] == ["given", "full", "full"]
+    assert task_mode("micro", "given") == "given" and task_mode("small", "full") == "full"
+    with pytest.raises(ValueError, match="unknown task mode 'half'"):
+        task_mode("small", "half")
 
 
 def test_the_main_jobs_prepare_step_writes_tasks_in_its_mode(tmp_path):

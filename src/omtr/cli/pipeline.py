@@ -119,7 +119,8 @@ SUBMIT_EXAMPLES = """  export KF_TOKEN=$(kubectl -n kubeflow create token defaul
       --param profile=paper --param train_nodes=2           # the same, as a Kubeflow Trainer v2 TrainJob
   omtr pipeline submit --host URL --package pipelines/omtr_pipeline.yaml --param deploy_mode=dry-run
 
-Run parameters (--param KEY=VALUE): profile, model, train_on (cpu | gpu | train-job),
+Run parameters (--param KEY=VALUE): profile, model, mode (profile | given | full: the task mode;
+profile, the default, takes the profile's own), train_on (cpu | gpu | train-job),
 train_job_kind (pytorchjob | trainjob: the train-job branch's Kubeflow API), train_set
 (a JSON list or comma-separated KEY=VALUE for omtr train --set), family, n_train, n_val,
 eval_budget, max_new_tokens, solver_url, mlflow_tracking_uri, registry_name, promotion_rule
@@ -134,7 +135,7 @@ def run(args) -> int:
 
     from dataclasses import replace
 
-    from omtr.tracking.pipeline import STEPS, Pipeline, PipelineConfig, StepFailed, for_profile
+    from omtr.tracking.pipeline import STEPS, Pipeline, PipelineConfig, StepFailed, for_profile, task_mode
 
     steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
     bad = [s for s in steps if s not in STEPS]
@@ -147,8 +148,7 @@ def run(args) -> int:
             min_objects=args.min_objects, max_objects=args.max_objects, seed=args.seed,
             train_set=tuple(args.train_set), eval_budget=args.eval_budget, eval_max_new_tokens=args.max_new_tokens,
             bootstrap=args.bootstrap, name=args.name, rule=args.rule, serve_budget=args.serve_budget))
-        if args.mode != "profile":  # an explicit mode wins over the profile's
-            cfg = replace(cfg, mode=args.mode)
+        cfg = replace(cfg, mode=task_mode(args.profile, args.mode))  # an explicit mode wins over the profile's
     except ValueError as exc:
         raise CliError(str(exc)) from None
     try:

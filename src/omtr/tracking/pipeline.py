@@ -91,6 +91,19 @@ def for_profile(cfg: PipelineConfig) -> PipelineConfig:
     return replace(cfg, **over)
 
 
+MODES = ("profile", "given", "full")  # a run's task mode; profile: the profile's own (PROFILE_DEFAULTS)
+
+
+def task_mode(profile: str, mode: str = "profile") -> str:
+    """The task mode a run uses: ``mode`` when it names one (given, full), else the profile's
+    default (small: given; micro and paper: full). The main job and the Kubeflow pipeline's
+    prepare step both resolve it here."""
+    if mode not in MODES:
+        raise ValueError(f"unknown task mode {mode!r}; choose given (the domain is given), full, or profile "
+                         "(the profile's own)")
+    return mode if mode != "profile" else for_profile(PipelineConfig(profile=profile)).mode
+
+
 def start_point(cfg: PipelineConfig) -> tuple[str, str]:
     """The model training starts from and the decoding constraint training gives it ("": the
     model's own), resolved as ``omtr train --profile P [--model M] --set ...`` resolves them: the
