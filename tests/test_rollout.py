@@ -422,3 +422,48 @@ def test_prefill_progress_lines(micro, caplog, monkeypatch):
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "prefilling (actor): 300/300 prompt tokens (128 from the prefix cache)" in text
     assert "tokens/s computed" in text
+
+
+def test_cli_prefix_cache_switch(tmp_path):
+    """--prefix-cache on|off on infer and evaluate: the same greedy traces; evaluate reports the
+    prefill (tokens computed and found in the cache) in metrics.json; a negative bound is refused."""
+    import json
+
+    from omtr.cli import main
+    from omtr.tasks.generators import generate
+    from omtr.tasks.records import write_tasks
+
+    tasks = tmp_path / "t.jsonl"
+    write_tasks(tasks, generate("blocksworld", 3, 5, verify=False) + generate("gripper", 2, 5, verify=False))
+    traces = {}
+    for switch in ("on", "off"):
+        out = tmp_path / f"infer-{switch}.jsonl"
+        rc = main(["--quiet", "infer", "--model", "micro", "--tasks", str(tasks), "--out", str(out), "--engine", "fast",
+                   "--budget", "1", "--max-new-tokens", "6", "--prefix-cache", switch])
+        assert rc == 0
+        traces[switch] = {r["id"]: [s["text"] for s in r["steps"]] for r in map(json.loads, out.read_text().splitlines())}
+    assert traces["on"] == traces["off"]
+    metrics = {}
+    for switch in ("on", "off"):
+        out = tmp_path / f"eval-{switch}"
+        rc = main(["--quiet", "evaluate", "--policy", "model", "--model", "micro", "--tasks", str(tasks), "--out", str(out),
+                   "--engine", "fast", "--budget", "1", "--max-new-tokens", "6", "--prefix-cache", switch,
+                   "--no-report", "--no-episode-log", "--bootstrap", "0"])
+        assert rc == 0
+        metrics[switch] = json.loads((out / "metrics.json").read_text())
+    on, off = metrics["on"]["prefix_cache"], metrics["off"]["prefix_cache"]
+    assert on["on"] is True and off["on"] is False and off["cached_tokens"] == 0
+    assert on["computed_tokens"] < off["computed_tokens"] and on["first_token_s"] is not None
+    assert main(["--quiet", "infer", "--model", "micro", "--tasks", str(tasks), "--out", str(tmp_path / "x.jsonl"),
+                 "--engine", "fast", "--prefix-cache-mb", "-1"]) != 0
+
+
+def test_task_eta_waits_for_a_whole_batch():
+    from omtr.progress import Progress
+
+    bar = Progress(26, "tasks", quiet=True, batch=26)
+    bar.update(1)
+    assert "ETA after the first batch of 26" in bar.line()
+    bar.update(25)
+    assert "ETA 0s" in bar.line()
+    assert "ETA" in Progress(3, "tasks", quiet=True).line()

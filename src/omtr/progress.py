@@ -12,8 +12,11 @@ import time
 
 class Progress:
     def __init__(self, total: int | None, desc: str, *, quiet: bool = False, every_s: float = 2.0,
-                 logger: logging.Logger | None = None):
+                 logger: logging.Logger | None = None, batch: int | None = None):
         self.total, self.desc, self.every_s = total, desc, every_s
+        # Items that finish in batches (episodes generated together): no ETA until a whole first
+        # batch is done (one batch's first finisher says nothing of the rate).
+        self.batch = batch
         self.log = logger or logging.getLogger("omtr.progress")
         self.enabled = not quiet and not os.environ.get("CI") and self.log.isEnabledFor(logging.INFO)
         self.done = 0
@@ -31,9 +34,11 @@ class Progress:
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
         if self.total:
+            head = f"{self.desc}: {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {rate:.1f}/s"
+            if self.batch and self.done < min(self.batch, self.total):
+                return f"{head}, ETA after the first batch of {min(self.batch, self.total)}"
             eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            return (f"{self.desc}: {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) "
-                    f"{rate:.1f}/s, ETA {eta:.0f}s")
+            return f"{head}, ETA {eta:.0f}s"
         return f"{self.desc}: {self.done} done, {rate:.1f}/s"
 
     def close(self) -> None:

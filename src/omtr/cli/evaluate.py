@@ -68,6 +68,12 @@ def register(sub) -> None:
     p.add_argument("--engine", default=None, metavar="NAME",
                    help="rollout engine of a role model: hf (the reference, default) or fast (CPU: merged "
                         "adapters, int8 linears; several times the tokens/s, near-identical outcomes)")
+    p.add_argument("--prefix-cache", choices=("on", "off"), default="on",
+                   help="the fast engine's prefix cache across prompts: a family's shared prompt tokens "
+                        "computed once, in this run and for later batches (default on; off: every prompt "
+                        "computes all its tokens, the same results, for benchmarks and debugging)")
+    p.add_argument("--prefix-cache-mb", type=float, default=None, metavar="MB",
+                   help="the prefix cache's bound in MiB (least recently used blocks go first; default 1024)")
     p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
                    help="the model policy's decoding constraint: scoped, plain (grammar alone) or off; "
                         "default: the model's (scoped)")
@@ -168,6 +174,11 @@ def run(args) -> int:
     except (UnknownPolicy, PolicyLoadError, BackendError, ValueError) as exc:  # PlanPolicyError is a ValueError
         raise CliError(str(exc)) from None
     policy_s = time.perf_counter() - t
+    from omtr.rollout import prefix_cache_report, set_prefix_cache
+
+    if args.prefix_cache_mb is not None and args.prefix_cache_mb < 0:
+        raise CliError(f"--prefix-cache-mb must be 0 or more, got {args.prefix_cache_mb}")
+    set_prefix_cache(policy, args.prefix_cache == "on", args.prefix_cache_mb)
 
     from omtr.config import FleetConfig
 
@@ -182,7 +193,7 @@ def run(args) -> int:
     else:
         FleetError = ()  # noqa: N806 - nothing to catch
         verifier = SolverPool(args.workers, solver_cfg)
-    bar = Progress(len(tasks), "tasks", quiet=args.quiet)
+    bar = Progress(len(tasks), "tasks", quiet=args.quiet, batch=args.batch_size)
     t = time.perf_counter()
     try:
         with verifier as pool:
@@ -201,6 +212,9 @@ def run(args) -> int:
     bar.close()
     metrics["timing"].update({"load_tasks_s": round(load_s, 3), "load_policy_s": round(policy_s, 3),
                               "start_solver_s": round(pool_s, 3), "total_s": round(time.perf_counter() - t0, 3)})
+    cache = prefix_cache_report(policy)
+    if cache is not None:  # the fast engine's prefill: tokens computed and found, time to the first token
+        metrics["prefix_cache"] = cache
     from omtr.evaluation.run import METRICS
 
     import json

@@ -252,7 +252,11 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                 rec["note"] = policy.notes[rec["id"]]
             write(rec)
 
-        planning = [t for t in todo if not is_transfer(t)]
+        # a family's tasks side by side (family, given domain, description), so that their prompts
+        # meet in the rollout engine's prefix cache batch after batch; records carry their ids
+        from omtr.rollout import prompt_group
+
+        planning = sorted((t for t in todo if not is_transfer(t)), key=prompt_group)
         transfer = [t for t in todo if is_transfer(t)]
         # harness policies may have fewer attempts than K for a task: one loop call per budget
         groups: dict[int, list] = {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from omtr.config import ConfigError, EpisodeConfig
 from omtr.rl.rewards import GROUNDING_WEIGHT
+from omtr.rollout import PREFIX_CACHE_MB
 
 _EP = EpisodeConfig()
 
@@ -56,6 +57,9 @@ class TrainConfig:
     rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
     rollout_engine: str = _f("hf", "Rollout engine (omtr.rollout): hf (the policy itself, exact) or fast (CPU: merged "
                                    "adapters, int8 linears; the old log-probs are then recomputed by the policy).")
+    prefix_cache: bool = _f(True, "The fast engine's prefix cache across rollout prompts (Actor, Editor and Judge "
+                                  "prompts of a family computed once; dropped after every optimizer step).")
+    prefix_cache_mb: float = _f(PREFIX_CACHE_MB, "The prefix cache's bound in MiB (least recently used blocks go first).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
     decoding: str | None = _f(None, "Decoding constraint of rollouts: scoped, plain or off (None: the model's; "
                                     "see ModelConfig.decoding). When set it decides over `grammar` (scoped/plain "
@@ -151,6 +155,9 @@ class TrainConfig:
             check_engine_name(self.rollout_engine)
         except UnknownEngine as exc:
             raise ConfigError(f"{exc} (e.g. --set rollout_engine=fast)") from None
+        if self.prefix_cache_mb < 0:
+            raise ConfigError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb} "
+                              "(0 keeps nothing; --set prefix_cache=false turns the cache off)")
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
                "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers", "dynamic_sampling_rounds",
                "judge_gate_window")

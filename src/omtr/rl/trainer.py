@@ -91,6 +91,11 @@ class RoleRouter:
 
     takes_objects = True
 
+    @property
+    def cfg(self):
+        """The Actor's model config (its decoding constraint is every role's)."""
+        return self.models["actor"].cfg
+
     def generate(self, role, prompts, sampling, *, stop_when=None, domains=None, objects=None):
         kw = {k: v for k, v in (("domains", domains), ("objects", objects)) if v is not None}
         return self.models[role].generate(role, prompts, sampling, stop_when=stop_when, **kw)
@@ -187,7 +192,9 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         from omtr.rollout import make_engine
 
         # one rollout engine per distinct model; hf is the model itself
-        self.engines = {id(m): make_engine(cfg.rollout_engine, m) for m in self.distinct}
+        opts = {"prefix_cache": cfg.prefix_cache, "prefix_cache_mb": cfg.prefix_cache_mb} \
+            if cfg.rollout_engine == "fast" else {}
+        self.engines = {id(m): make_engine(cfg.rollout_engine, m, **opts) for m in self.distinct}
         self.exact_rollout = all(e.exact for e in self.engines.values())
         self._refresh_s = 0.0
         hidden = self.models["actor"].base_model.config.hidden_size

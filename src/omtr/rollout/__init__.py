@@ -23,6 +23,10 @@ Every engine has:
 - ``exact``: whether its log-probabilities are the policy's (then no recomputation is needed);
 - ``memory_bytes()``: the weights it holds beyond the policy's.
 
+The fast engine also keeps a prefix cache across prompts (:mod:`omtr.rollout.prefix_cache`):
+``set_prefix_cache(on, mb)`` and ``cache_report()``; :func:`set_prefix_cache` reaches it behind a
+policy, :func:`prompt_group` orders tasks so that a family's prompts meet it.
+
 A vLLM engine would implement the same five members (see the README, "Rollout engines").
 This module imports no torch: the names are known without it.
 """
@@ -30,6 +34,10 @@ This module imports no torch: the names are known without it.
 from __future__ import annotations
 
 import importlib
+
+# The fast engine's prefix cache (omtr.rollout.prefix_cache): its default bound, one place for the
+# CLI, the trainer's and the served model's settings (SmolLM2: ~46 KiB of keys and values a token).
+PREFIX_CACHE_MB = 1024.0
 
 # name -> (module, class, one line of help)
 ENGINES: dict[str, tuple[str, str, str]] = {
@@ -71,9 +79,46 @@ def make_engine(name: str, model, **options):
     return getattr(importlib.import_module(mod), cls)(model, **options)
 
 
+def prefix_cache_engines(policy) -> list:
+    """The engines with a prefix cache behind ``policy`` (itself, or a router's engines)."""
+    found, seen = [], set()
+    inner = [v for name in ("engines", "models") if isinstance(getattr(policy, name, None), dict)
+             for v in getattr(policy, name).values()]
+    for obj in (policy, *inner):
+        if hasattr(obj, "set_prefix_cache") and id(obj) not in seen:
+            seen.add(id(obj))
+            found.append(obj)
+    return found
+
+
+def set_prefix_cache(policy, on: bool, mb: float | None = None) -> int:
+    """Turn the prefix cache of the engines behind ``policy`` on or off (``mb``: its bound in MiB);
+    returns how many engines it reached (0: the policy has none, e.g. the hf engine)."""
+    engines = prefix_cache_engines(policy)
+    for e in engines:
+        e.set_prefix_cache(on, mb)
+    return len(engines)
+
+
+def prefix_cache_report(policy) -> dict | None:
+    """The first prefix-cache engine's :meth:`cache_report` (None: no such engine)."""
+    engines = prefix_cache_engines(policy)
+    return engines[0].cache_report() if engines else None
+
+
+def prompt_group(task) -> tuple[str, str, str]:
+    """What a task's prompts share with its family's (the sort key that puts them side by side):
+    its family, its given domain and its description (the English before PlanBench's
+    ``[STATEMENT]``)."""
+    nl = getattr(task, "nl", "") or ""
+    at = nl.find("[STATEMENT]")
+    return (getattr(task, "family", None) or "", getattr(task, "domain", None) or "", nl[:at] if at >= 0 else "")
+
+
 def default_engine(device: str | None) -> str:
     """The engine to serve with: ``fast`` on CPU, ``hf`` elsewhere (no GPU engine yet)."""
     return "fast" if (device or "cpu").startswith("cpu") else "hf"
 
 
-__all__ = ["ENGINES", "ENGINE_NAMES", "OverModel", "UnknownEngine", "check_engine_name", "default_engine", "make_engine"]
+__all__ = ["ENGINES", "ENGINE_NAMES", "PREFIX_CACHE_MB", "OverModel", "UnknownEngine", "check_engine_name", "default_engine", "make_engine",
+           "prefix_cache_engines", "prefix_cache_report", "prompt_group", "set_prefix_cache"]

@@ -48,7 +48,7 @@ from torch import nn
 from omtr.config import ROLE_NAMES
 from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
-from omtr.rollout import OverModel
+from omtr.rollout import PREFIX_CACHE_MB, OverModel
 from omtr.rollout.prefix_cache import PrefixCache
 
 log = logging.getLogger("omtr.rollout")
@@ -59,7 +59,6 @@ BLOCK = 64  # KV cache growth, in tokens
 # tokens from the prompt's start, cache or not, and full chunks are kept as blocks. SmolLM2 on 2
 # cores: chunks of 128 tokens run at the speed of one pass over the whole prefix (see the README).
 PREFIX_BLOCK = 128
-PREFIX_CACHE_MB = 1024.0  # the cache's default bound (SmolLM2: ~46 KiB of keys and values a token)
 JUDGE_BATCH = 8  # Judge prompts scored together (their own tokens pass through the network at once)
 # A decode step multiplies only the head rows of the tokens the grammar allows when they are at
 # most this many (over the step's rows): the int8 head over SmolLM2's 49,152 tokens costs ~3 ms a

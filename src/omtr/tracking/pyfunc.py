@@ -51,6 +51,8 @@ from typing import Any
 
 import mlflow.pyfunc
 
+from omtr.rollout import PREFIX_CACHE_MB
+
 log = logging.getLogger(__name__)
 
 ARTIFACT_KEY = "model"
@@ -88,12 +90,17 @@ class ServingLimits:
     fleet_retries: int = 2  # retries of one fleet batch before the request is answered 503
     fleet_overload_wait_s: float = 30.0  # how long a request waits on an overloaded fleet before its 503
     engine: str = "auto"  # rollout engine (omtr.rollout): auto = fast on CPU, hf elsewhere
+    # the fast engine's prefix cache: a request of a family seen before computes only its own statement
+    prefix_cache: bool = True
+    prefix_cache_mb: float = PREFIX_CACHE_MB
 
     def __post_init__(self) -> None:
         from omtr.rollout import check_engine_name
 
         if self.engine != "auto":
             check_engine_name(self.engine)
+        if self.prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb}")
         if self.max_tasks < 1 or self.max_task_chars < 1:
             raise ValueError("max_tasks and max_task_chars must be at least 1")
         if self.budget < 1:
@@ -348,7 +355,9 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
 
         model = load_model(context.artifacts[ARTIFACT_KEY])
         engine = default_engine(str(model.device)) if self.limits.engine == "auto" else self.limits.engine
-        self.model = model if engine == "hf" else make_engine(engine, model)
+        opts = {"prefix_cache": self.limits.prefix_cache, "prefix_cache_mb": self.limits.prefix_cache_mb} \
+            if engine == "fast" else {}
+        self.model = model if engine == "hf" else make_engine(engine, model, **opts)
         self.env = None  # made on the first request (a local pool starts its workers then)
         self.metrics = _metrics_from_env()
 
