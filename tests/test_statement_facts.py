@@ -208,4 +208,11 @@ def test_the_config_switch_and_the_replay_keep_the_facts():
     assert got.facts == names.facts  # passed on with the facts (generation and the update's replay alike)
     m.cfg = dataclasses.replace(ModelConfig(), statement_facts=False)
     got = m._objects([names], 1)[0]
-    assert got == tuple(names) and getattr(got, "facts", None) is None
+    assert list(got) == list(names) and got.facts is None and got.require  # the names rule alone
+    m.cfg = dataclasses.replace(ModelConfig(), statement_objects=False)
+    got = m._objects([names], 1)[0]
+    # the names no longer required: they only size the grammar's bounds for the statement
+    assert list(got) == list(names) and got.facts is None and not got.require
+    from omtr.model.scope import ScopeTracker, given_declarations
+
+    assert ScopeTracker(given_declarations(_domain("blocksworld")), objects=got).required == ()

@@ -149,7 +149,9 @@ def test_the_config_switch_turns_the_rule_off(micro):
     old = micro.cfg
     try:
         micro.cfg = dataclasses.replace(old, statement_objects=False)
-        assert micro._objects([["ball_1"]], 1) is None
+        assert micro._objects([["ball_1"]], 1) == [None]  # names without a reading: nothing to size either
+        got = micro._objects([statement_objects(GRIPPER_NL)], 1)[0]
+        assert not got.require  # the statement's names only size the grammar's bounds
     finally:
         micro.cfg = old
     assert micro._objects([["ball_1"]], 1) == [("ball_1",)]

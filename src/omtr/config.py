@@ -397,7 +397,7 @@ GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args"
 
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-SMALL_GRAMMAR_LIMITS = {"predicates": 8, "actions": 4, "parameters": 3, "literals": 6, "objects": 8, "init": 16, "goal": 8}
+SMALL_GRAMMAR_LIMITS = {"predicates": 10, "actions": 6, "parameters": 4, "literals": 8, "objects": 8, "init": 16, "goal": 8}
 
 MODEL_PROFILES: dict[str, ModelConfig] = {
     # CPU default: SmolLM2-135M-Instruct.

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
   omtr model init --backbone ./my-hf-model --no-grammar --lora-r 8 --out models/mine
   omtr model info models/small                             # parameter counts, role shares, memory_ratio
   omtr model export runs/small/model --merged export/      # per role: a plain HF folder + role vectors
+  omtr model scope-check --tasks tasks.jsonl --specs specs.jsonl --out verdicts.jsonl   # could it write these?
 """,
     )
     sub = parser.add_subparsers(dest="model_command", metavar="SUBCOMMAND")
@@ -102,6 +103,106 @@ def register(subparsers) -> None:
     p.add_argument("--peft", metavar="OUT", help="write peft adapters (and the backbone) to OUT")
     p.add_argument("--merged", metavar="OUT", help="write one merged Hugging Face folder per role to OUT")
     p.set_defaults(handler=_export)
+
+
+    p = add_command(
+        sub, "scope-check",
+        help="would the model's decoder let it write these specs? one JSON line per spec",
+        description=(
+            "For each row of SPECS ({\"id\", \"problem\", optional \"domain\"}, joined to the task of "
+            "the same id in TASKS), judge the spec against the decoding constraint the model runs: the "
+            "PDDL grammar under the bounds it decodes that task with, the scope rules and the rules read "
+            "from the task's statement. Judged up to white space, comments, letter case and the order of "
+            "the declarations in :objects. A task with a given domain is judged in the domain-given mode "
+            "(the problem alone); otherwise the row's domain is the answer's domain. Writes one line per "
+            "spec: {\"id\", \"admitted\", \"rule\" (the rule that refused: grammar, grammar_limits, "
+            "domain_name, scope, statement_objects, statement_facts; null when admitted), \"at\" (the "
+            "character offset of the refusal in the spec's own text), \"part\" (problem or domain), "
+            "\"rules\" (the rules that applied)}. Needs no model weights: only the model's config."
+        ),
+        examples="""  omtr model scope-check --tasks tasks.jsonl --specs specs.jsonl --out verdicts.jsonl
+  omtr model scope-check --tasks tasks.jsonl --specs specs.jsonl --out v.jsonl --model runs/small/model
+  omtr model scope-check --tasks tasks.jsonl --specs specs.jsonl --out v.jsonl --model micro
+""",
+    )
+    p.add_argument("--tasks", required=True, metavar="TASKS.jsonl", help="task records (omtr tasks ...)")
+    p.add_argument("--specs", required=True, metavar="SPECS.jsonl", help='rows {"id", "problem", "domain"?}')
+    p.add_argument("--out", required=True, metavar="OUT.jsonl", help="one verdict per spec row")
+    p.add_argument("--model", default="small", metavar="DIR|PROFILE",
+                   help="whose decoding settings: a model directory or a profile (small, micro; default small)")
+    p.set_defaults(handler=_scope_check)
+
+
+def _model_config(spec: str):
+    """A model directory's config, or a profile's."""
+    from omtr.config import MODEL_PROFILES
+    from omtr.model.roles import MODEL_FILE
+
+    path = Path(spec)
+    if (path / MODEL_FILE).is_file():
+        from omtr.config import ModelConfig
+
+        return ModelConfig.from_dict(json.loads((path / MODEL_FILE).read_text())["config"])
+    if spec in MODEL_PROFILES:
+        return MODEL_PROFILES[spec]
+    if path.exists():
+        raise CliError(f"--model {spec}: not a model directory (no {MODEL_FILE}); give one from omtr model init or train")
+    raise CliError(f"--model {spec}: neither a model directory nor a profile ({', '.join(MODEL_PROFILES)})")
+
+
+def _scope_check(args: argparse.Namespace) -> int:
+    from omtr.jsonl import JsonlError, read_jsonl
+    from omtr.model.grammar import GrammarLimits
+    from omtr.model.scope import GivenDomainError
+    from omtr.model.scope_check import check_spec
+    from omtr.tasks.records import load_training_tasks
+
+    cfg = _model_config(args.model)
+    try:
+        tasks = {t.id: t for t in load_training_tasks(args.tasks)}
+    except (OSError, ValueError) as exc:  # JsonlError, TaskFormatError
+        raise CliError(f"--tasks {args.tasks}: {exc}") from None
+    limits = GrammarLimits(**cfg.grammar_limits)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.part")
+    counts = {"admitted": 0, "refused": 0}
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for n, row in read_jsonl(args.specs, what="spec file"):
+                where = f"{args.specs}:{n}"
+                sid = row.get("id") if isinstance(row, dict) else None
+                if not isinstance(sid, str) or not isinstance(row.get("problem"), str):
+                    raise CliError(f'{where}: a spec row is {{"id": "...", "problem": "(define (problem ...", '
+                                   '"domain": optional}}')
+                task = tasks.get(sid)
+                if task is None:
+                    raise CliError(f"{where}: no task with id {sid!r} in {args.tasks}")
+                if "[STATEMENT]" not in task.nl:
+                    raise CliError(f"{where}: task {sid!r} in {args.tasks} has no [STATEMENT] line to read "
+                                   "its statement from")
+                dom = row.get("domain")
+                if task.domain is None and not isinstance(dom, str):
+                    raise CliError(f"{where}: task {sid!r} gives no domain, so the row needs the answer's "
+                                   '"domain" (the full mode)')
+                try:
+                    r = check_spec(task.nl, row["problem"], domain=dom, given=task.domain,
+                                   constraint=cfg.constraint, statement_objects=cfg.statement_objects,
+                                   statement_facts=cfg.statement_facts, limits=limits)
+                except GivenDomainError as exc:
+                    raise CliError(f"{where}: task {sid!r}: {exc}") from None
+                counts["admitted" if r.admitted else "refused"] += 1
+                fh.write(json.dumps(r.to_json(sid)) + "\n")
+    except JsonlError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CliError(str(exc)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(out)
+    log.info("scope-check: %d admitted, %d refused -> %s", counts["admitted"], counts["refused"], out)
+    print(json.dumps({"out": str(out), **counts}))
+    return 0
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -133,6 +133,8 @@ def planning_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0
     block["calls"] = {"value": _r(sum(calls) / n) if n else None, "n": n,
                       "ci": _mean_ci(bs, calls), "total": sum(calls)}
     block["actor_success"] = bs.rate([bool(r.get("actor_success")) for r in recs])
+    # which decoding rules the episodes ran under (omtr.model.scope_check.rules_label), counted
+    block["rules"] = dict(Counter(r.get("rules") or "off" for r in recs).most_common())
 
     # CSR(h): solved within h repairs
     hmax = min(MAX_H, max(budget - 1, 0))

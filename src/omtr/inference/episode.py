@@ -38,7 +38,7 @@ from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
 from omtr.inference.policy import Generation, Policy, Sampling
-from omtr.inference.statement import statement_objects
+from omtr.inference.statement import read_statement, statement_objects
 from omtr.solver.verdict import Verdict
 from omtr.tasks.training import TrainingTask, task_mode
 
@@ -91,6 +91,7 @@ class Episode:
     budget: int
     steps: list[Step] = field(default_factory=list)
     wall_ms: float = 0.0
+    rules: str = ""  # the decoding rules its answers ran under (omtr.model.scope_check.rules_label)
 
     @property
     def done(self) -> bool:
@@ -134,9 +135,22 @@ class Episode:
             "repairs": self.repairs, "budget": self.budget, "judge_score": self.judge_score,
             "final_category": final.verdict.category.value if final and final.verdict.category else None,
             "domain": final.domain if final else None, "problem": final.problem if final else None,
-            "plan": final.verdict.plan if final else [], "wall_ms": round(self.wall_ms, 3),
+            "plan": final.verdict.plan if final else [], "wall_ms": round(self.wall_ms, 3), "rules": self.rules,
             "steps": [s.to_json(tokens=tokens) for s in self.steps],
         }
+
+
+def decoding_rules(policy, nl: str) -> str:
+    """The decoding rules a policy's answers to the task ``nl`` run under: ``off`` for a policy
+    without omtr's decoder (an API model, a replay), else :func:`omtr.model.scope_check.rules_label`
+    of its config and the statement's reading."""
+    cfg = getattr(policy, "cfg", None)
+    if not getattr(policy, "takes_objects", False) or cfg is None or not hasattr(cfg, "constraint"):
+        return "off"
+    from omtr.model.scope_check import rules_label
+
+    return rules_label(cfg.constraint, read_statement(nl), getattr(cfg, "statement_objects", True),
+                       getattr(cfg, "statement_facts", True))
 
 
 def _training_view(task) -> TrainingTask:
@@ -175,6 +189,8 @@ def run_episodes(
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     sampling = sampling or Sampling()
     episodes = [Episode(_training_view(t), budget) for t in tasks]
+    for ep in episodes:
+        ep.rules = decoding_rules(policy, ep.task.nl)
     runner = _Runner(episodes, policy, env, sampling, batch_size, judge, on_episode)
     runner.run()
     return episodes

@@ -1,28 +1,53 @@
-"""A task statement's own words, read from the English alone (never from a reference).
+"""Reading a task's statement: what its English says, and how sure the reading is (never a reference).
+
+This is the one place omtr reads a task's English. :func:`read_statement` turns a task's text into
+a :class:`Reading`, a plain value that the scope rules (:class:`omtr.model.scope.ScopeTracker`),
+the grounding reward (:mod:`omtr.rl.grounding`), the episode records and the conformance suite
+(:mod:`omtr.model.scope_check`) all consume.
 
 The task suites state a task in PlanBench's layout: a description of the domain, then a
 ``[STATEMENT]`` line, then "As initial conditions I have that, ... My goal is to have that ...".
-:func:`statement_parts` splits the statement into its *names* (its words that are not words of the
-description: colours, ``ball_1``, ``room_2``) and its init and goal clauses;
-:func:`statement_objects` gives the names as the statement spells them. The grounding reward
-(:mod:`omtr.rl.grounding`) pairs clauses with atoms; scoped decoding
-(:class:`omtr.model.scope.ScopeTracker`) makes a problem declare the names as its objects.
+The statement is split into clauses (at commas, "and", full stops and semicolons); the goal part
+starts at the first word "goal". A statement's *names* are, in any clause:
+
+* identifiers: a letter, then letters, digits, ``_`` or ``-`` with at least one digit
+  (``package_0``, ``crate0``, ``location_1_1``), even when the description uses the same name in a
+  worked example;
+* single letters that follow a word other than the template's (``object a``: Mystery BlocksWorld);
+* any other word that is neither a word of the description nor one of the template's words
+  (colours: "the red block").
+
+How sure the reading is decides which scope rules may use it (:attr:`Reading.rules`):
+
+* ``layout == "planbench"`` (the two template sentences found, every clause read): the names and
+  the facts (each clause's names in order);
+* ``layout == "statement"`` (a ``[STATEMENT]`` line in another layout): the names only;
+* ``layout == "none"`` (free English, or no names): nothing; the grammar and the plain scope
+  rules alone.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 STATEMENT = "[STATEMENT]"
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
 _CLAUSE_SPLIT = re.compile(r",|;|\.(?:\s|$)|\n|\band\b")
 _GOAL = re.compile(r"\bgoal\b")
 _PART = re.compile(r"[_\-]+|(?<=[a-z])(?=[0-9])")
+_IDENT = re.compile(r"[a-z][a-z0-9_\-]*[0-9][a-z0-9_\-]*")
+_SPELLED = re.compile(r"[a-z][a-z0-9_-]*")
+_INIT_LEAD = re.compile(r"^\s*as initial conditions i have that\b")
+_GOAL_LEAD = re.compile(r"\bmy goal is to have that\b")
 # The statement's own wording (PlanBench's "As initial conditions I have that, ... My goal is to have
-# that ..."), and short function words: never names.
+# that ..."), and short function words: never names by themselves.
 TEMPLATE_WORDS = frozenset(
     "as initial conditions i have that my goal is to the a an of on in at top and are be it its "
     "with by from for".split())
+
+RULE_OBJECTS = "objects"  # the statement's names are the problem's first objects
+RULE_FACTS = "facts"  # each :init / goal atom over the names stands for one clause
 
 
 def _norm(word: str) -> str:
@@ -34,36 +59,151 @@ def name_parts(name: str) -> list[str]:
     return _PART.split(name)
 
 
-def statement_parts(nl: str) -> tuple[set[str], list[list[str]], list[list[str]]] | None:
-    """(names, init clauses, goal clauses) of a task's text: each clause as its list of normalised
-    words; None without a ``[STATEMENT]`` line."""
-    text = nl.lower()
+@dataclass(frozen=True)
+class Clause:
+    """One clause of the statement: its normalised words, and its names in the order it gives them
+    (``key``; empty for a clause that names nothing, "the hand is empty")."""
+
+    words: tuple[str, ...]
+    key: tuple[str, ...]
+
+    @property
+    def says_something(self) -> bool:
+        return any(w and w not in TEMPLATE_WORDS for w in self.words)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a task's statement says, read from its English alone.
+
+    ``names``: the statement's names as it spells them (lower case, first use first, one spelling
+    per name). ``init`` / ``goal``: its clauses per part. ``layout``: how the statement was laid out
+    (module doc), which decides :attr:`rules`. ``why``: one sentence on what was read, for traces."""
+
+    layout: str
+    names: tuple[str, ...] = ()
+    init: tuple[Clause, ...] = ()
+    goal: tuple[Clause, ...] = ()
+    why: str = ""
+
+    @property
+    def norm_names(self) -> frozenset:
+        return frozenset(_norm(n) for n in self.names)
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The statement rules this reading is sure enough for (module doc)."""
+        if not self.names or self.layout == "none":
+            return ()
+        if self.layout == "planbench":
+            return (RULE_OBJECTS, RULE_FACTS)
+        return (RULE_OBJECTS,)
+
+    @property
+    def facts(self) -> tuple[tuple, tuple]:
+        """(init keys, goal keys): each clause's names in order; clauses without names left out."""
+        return (tuple(c.key for c in self.init if c.key), tuple(c.key for c in self.goal if c.key))
+
+    @property
+    def nameless(self) -> tuple[int, int]:
+        """Per part, the clauses that say something without a name ("the hand is empty")."""
+        return (sum(1 for c in self.init if not c.key and c.says_something),
+                sum(1 for c in self.goal if not c.key and c.says_something))
+
+    @property
+    def longest_name(self) -> int:
+        return max((len(n) for n in self.names), default=0)
+
+    def to_json(self) -> dict:
+        return {"layout": self.layout, "rules": list(self.rules), "names": list(self.names),
+                "init": [list(c.key) for c in self.init if c.key], "goal": [list(c.key) for c in self.goal if c.key],
+                "nameless": list(self.nameless), "why": self.why}
+
+
+def _names_in(words: list[str], described: set[str]) -> list[str]:
+    """The names among a clause's raw words (module doc), in order."""
+    out = []
+    for i, w in enumerate(words):
+        w = w.strip("-_")
+        if not w or not w[0].isalpha():
+            continue
+        if _IDENT.fullmatch(w):
+            out.append(w)
+        elif len(w) == 1 and i > 0 and words[i - 1] not in TEMPLATE_WORDS and not _IDENT.fullmatch(words[i - 1]) \
+                and words[i - 1] not in out:
+            out.append(w)  # "object a": a one-letter name after a class noun
+        elif _norm(w) not in described and w not in TEMPLATE_WORDS:
+            out.append(w)
+    return out
+
+
+def read_statement(nl: str) -> Reading:
+    """Read a task's text (module doc). Never raises: a text it cannot account for gives a reading
+    whose :attr:`Reading.rules` are empty, with ``why`` saying so."""
+    text = (nl or "").lower()
     cut = text.rfind(STATEMENT.lower())
     if cut < 0:
-        return None
+        return Reading("none", why="no [STATEMENT] line: the statement rules stand aside")
     described = {_norm(w) for w in _WORD.findall(text[:cut])}
     stmt = text[cut + len(STATEMENT):]
     m = _GOAL.search(stmt)
     init_text, goal_text = (stmt[:m.start()], stmt[m.end():]) if m else (stmt, "")
+    spelled: dict[str, str] = {}
 
-    def clauses(part: str) -> list[list[str]]:
-        return [[_norm(w) for w in _WORD.findall(c)] for c in _CLAUSE_SPLIT.split(part)]
+    def clauses(part: str) -> tuple[Clause, ...]:
+        out = []
+        for c in _CLAUSE_SPLIT.split(part):
+            raw = _WORD.findall(c)
+            names = _names_in(raw, described)
+            for n in names:
+                if _SPELLED.fullmatch(n):
+                    spelled.setdefault(_norm(n), n)
+            out.append(Clause(tuple(_norm(w) for w in raw), tuple(_norm(n) for n in names)))
+        return tuple(out)
 
-    words = {_norm(w) for w in _WORD.findall(stmt)}
-    names = {w for w in words if w and w not in described and w not in TEMPLATE_WORDS}
-    return names, clauses(init_text), clauses(goal_text)
+    init, goal = clauses(init_text), clauses(goal_text)
+    names = tuple(spelled.values())
+    if not names:
+        return Reading("none", init=init, goal=goal, why="the statement names no object: the statement rules stand aside")
+    planbench = bool(_INIT_LEAD.search(init_text)) and bool(m) and bool(_GOAL_LEAD.search(stmt))
+    if planbench:
+        return Reading("planbench", names, init, goal,
+                       why=f"PlanBench layout: {len(names)} names, {sum(1 for c in init + goal if c.key)} clauses with names")
+    return Reading("statement", names, init, goal,
+                   why=f"{len(names)} names in a statement not in PlanBench's layout: the names rule only")
+
+
+# ------------------------------------------------------------------ the views the rest of omtr uses
+
+
+def statement_parts(nl: str) -> tuple[set[str], list[list[str]], list[list[str]]] | None:
+    """(names, init clauses, goal clauses) of a task's text: names normalised, each clause as its
+    list of normalised words; None without a ``[STATEMENT]`` line."""
+    r = read_statement(nl)
+    if r.layout == "none" and not r.init:
+        return None
+    return set(r.norm_names), [list(c.words) for c in r.init], [list(c.words) for c in r.goal]
 
 
 class StatementNames(list):
-    """The statement's names (a list, as :func:`statement_objects` spells them) with the
-    statement's *facts*: ``facts = (init_keys, goal_keys)``, each key the normalised names of one
-    clause in the order the clause gives them (``("blue", "orange")`` for "the blue block is on top
-    of the orange block"; clauses without names are left out), or None. Scoped decoding
-    (``statement_facts``) makes each ``:init`` and goal atom over the statement's names stand for
-    one such clause of its part."""
+    """The statement's names (a list, spelled as the statement spells them) that the episode loop
+    hands to ``generate(objects=...)``, with the :class:`Reading` they come from (``reading``) and
+    its facts: ``facts = (init_keys, goal_keys)`` (or None when the reading is not sure enough for
+    the facts rule), ``nameless`` per part."""
 
+    reading: Reading | None = None
     facts: tuple | None = None
     nameless: tuple = (0, 0)  # per part, the clauses that name nothing ("the hand is empty")
+    require: bool = True  # False: the names only size the grammar's bounds (statement_objects off)
+
+    def view(self, *, require: bool = True, facts: bool = True) -> "StatementNames":
+        """A copy for the decoder: ``require=False`` keeps the names for sizing the bounds only;
+        ``facts=False`` drops the facts (the names rule alone)."""
+        got = StatementNames(self)
+        got.reading, got.require = self.reading, require
+        if facts and require:
+            got.facts, got.nameless = self.facts, self.nameless
+        return got
 
 
 def clause_keys(names: set[str], clauses: list[list[str]]) -> list[tuple[str, ...]]:
@@ -76,33 +216,38 @@ def clause_keys(names: set[str], clauses: list[list[str]]) -> list[tuple[str, ..
     return out
 
 
-def statement_objects(nl: str) -> list[str] | None:
-    """The statement's names (:func:`statement_parts`) as it spells them, lower-cased, in order of
-    first use, one spelling per name (``ball_1``, ``room_2``, ``red``): what scoped decoding makes a
-    problem declare as its objects (:class:`omtr.model.scope.ScopeTracker`). None without a
-    ``[STATEMENT]`` line or without names."""
-    parts = statement_parts(nl)
-    if parts is None or not parts[0]:
+def names_of(reading: Reading) -> StatementNames | None:
+    """A reading as the names list the decoder takes (None when no rule may use it)."""
+    if RULE_OBJECTS not in reading.rules:
         return None
-    names = parts[0]
-    text = nl.lower()
-    stmt = text[text.rfind(STATEMENT.lower()) + len(STATEMENT):]
-    out: dict[str, str] = {}
-    for w in _WORD.findall(stmt):
-        w = w.strip("-_")
-        n = _norm(w)
-        if n in names and n not in out and re.fullmatch(r"[a-z][a-z0-9_-]*", w):
-            out[n] = w
-    if not out:
-        return None
-    got = StatementNames(out.values())
-    got.facts = (tuple(clause_keys(names, parts[1])), tuple(clause_keys(names, parts[2])))
-    got.nameless = (nameless_clauses(names, parts[1]), nameless_clauses(names, parts[2]))
+    got = StatementNames(reading.names)
+    got.reading = reading
+    if RULE_FACTS in reading.rules:
+        got.facts = reading.facts
+        got.nameless = reading.nameless
     return got
 
 
+def decoder_objects(names, statement_objects: bool = True, statement_facts: bool = True):
+    """What the decoder's ``objects`` argument holds for a task's names under a model's settings
+    (``statement_objects``, ``statement_facts`` of :class:`omtr.config.ModelConfig`): the names with
+    their facts, the names alone, or the names only for sizing the grammar's bounds; None for none.
+    :meth:`omtr.model.roles.RoleModel.generate` and :mod:`omtr.model.scope_check` both use it."""
+    if not names:
+        return None
+    if not isinstance(names, StatementNames):
+        return tuple(names) if statement_objects else None  # names from elsewhere: no reading, no facts
+    return names.view(require=statement_objects, facts=statement_facts)
+
+
+def statement_objects(nl: str) -> StatementNames | None:
+    """The statement's names as it spells them (:func:`read_statement`), lower-cased, in order of
+    first use, one spelling per name (``ball_1``, ``room_2``, ``red``, ``a``): what scoped decoding
+    makes a problem declare as its objects. None when the reading is not sure of any name."""
+    return names_of(read_statement(nl))
+
+
 def nameless_clauses(names: set[str], clauses: list[list[str]]) -> int:
-    """How many clauses say something (a word beyond the statement's template) without a name:
-    "the hand is empty", "the left gripper is free" (when "left" is a word of the description)."""
+    """How many clauses say something (a word beyond the statement's template) without a name."""
     return sum(1 for c in clauses if not any(w in names for w in c)
                and any(w and w not in TEMPLATE_WORDS for w in c))

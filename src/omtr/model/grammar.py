@@ -54,6 +54,39 @@ class GrammarLimits:
     atom_args: int = 4
 
 
+def _bucket(n: int, step: int = 8) -> int:
+    return -(-n // step) * step
+
+
+def statement_limits(limits: GrammarLimits, objects) -> GrammarLimits:
+    """``limits`` widened to what the task's statement needs, so that a bound kept for speed never
+    forbids the task: as many objects as the statement names plus one of the problem's own for each
+    clause that names nothing (Gripper's "the left gripper is free"), ``:init`` atoms for every
+    clause plus one static fact per name (PlanBench's Logistics never states ``(truck t0)``), goal
+    atoms for every goal clause, names as long as the longest. Rounded up to multiples of 8, so few
+    grammars are compiled. ``objects``: the statement's names (:class:`omtr.inference.statement.StatementNames`)."""
+    if not objects:
+        return limits
+    reading = getattr(objects, "reading", None)
+    n = len(objects)
+    longest = max((len(o) for o in objects), default=0)
+    if reading is not None:
+        init_named, goal_named = (sum(1 for c in reading.init if c.key), sum(1 for c in reading.goal if c.key))
+        free_init, free_goal = reading.nameless
+    else:
+        init_named = goal_named = free_init = free_goal = 0
+    need = {
+        "objects": n + free_init,
+        "init": init_named + free_init + n,
+        "goal": goal_named + free_goal,
+        "name_len": longest,
+    }
+    changes = {k: _bucket(v) for k, v in need.items() if v > getattr(limits, k)}
+    if "name_len" in changes:
+        changes["name_len"] = need["name_len"]
+    return GrammarLimits(**{**limits.__dict__, **changes}) if changes else limits
+
+
 def _char_class(chars: str) -> str:
     out = "".join("\\-" if c == "-" else c for c in chars)
     return f"[{out}]"
@@ -175,19 +208,25 @@ class PddlGrammar:
         self._compiler = xgr.GrammarCompiler(self.info, max_threads=2)
         self.compiled = self._compiler.compile_grammar(pddl_ebnf(self.limits))
         self._problem: dict[tuple, object] = {}
+        self._full: dict[tuple, object] = {tuple(sorted(self.limits.__dict__.items())): self.compiled}
         self._vocab = None
         self.eos = tokenizer.eos_token_id
         self.compile_s = time.perf_counter() - t0
         log.info("PDDL grammar compiled in %.2f s", self.compile_s)
 
     def problem_limits(self, given) -> GrammarLimits:
-        """The limits of the problem grammar for a given domain: atoms as long as its longest
+        """The limits of the problem grammar for a given domain (:meth:`problem_limits_of`)."""
+        return self.problem_limits_of(self.limits, given)
+
+    @staticmethod
+    def problem_limits_of(limits: GrammarLimits, given) -> GrammarLimits:
+        """``limits`` for the problem grammar of a given domain: atoms as long as its longest
         predicate, names as long as its longest name (at least the configured bounds)."""
         arity = max((len(a) for a in given.predicates.values()), default=0)
         names = [given.name or "", *given.predicates, *given.constants, *given.types]
         longest = max((len(n) for n in names), default=0)
-        return GrammarLimits(**{**self.limits.__dict__, "atom_args": max(self.limits.atom_args, arity),
-                                "name_len": max(self.limits.name_len, longest)})
+        return GrammarLimits(**{**limits.__dict__, "atom_args": max(limits.atom_args, arity),
+                                "name_len": max(limits.name_len, longest)})
 
     def problem_grammar(self, limits: GrammarLimits):
         """The compiled problem-only grammar under ``limits`` (compiled once per limits)."""
@@ -196,6 +235,20 @@ class PddlGrammar:
         if got is None:
             got = self._problem[key] = self._compiler.compile_grammar(pddl_ebnf(limits, problem_only=True))
         return got
+
+    def full_grammar(self, limits: GrammarLimits):
+        """The compiled grammar of a whole answer (domain, then problem) under ``limits``."""
+        key = tuple(sorted(limits.__dict__.items()))
+        got = self._full.get(key)
+        if got is None:
+            got = self._full[key] = self._compiler.compile_grammar(pddl_ebnf(limits))
+        return got
+
+    def limits_for(self, given=None, objects=None) -> GrammarLimits:
+        """The bounds one answer decodes under: the configured ones, widened for a given domain
+        (:meth:`problem_limits`) and for the task's statement (:func:`statement_limits`)."""
+        limits = self.problem_limits(given) if given is not None else self.limits
+        return statement_limits(limits, objects)
 
     @property
     def vocab(self) -> "ScopedVocab":
@@ -289,12 +342,11 @@ class GrammarState:
 
         self.grammar = grammar
         self.given = given
-        limits = grammar.limits
+        limits = self.limits = grammar.limits_for(given, objects)
         if given is not None:
-            limits = grammar.problem_limits(given)
             self.matcher = xgr.GrammarMatcher(grammar.problem_grammar(limits))
         else:
-            self.matcher = xgr.GrammarMatcher(grammar.compiled)
+            self.matcher = xgr.GrammarMatcher(grammar.full_grammar(limits))
         self.text = ""
         self.forced: list[int] = []
         self._name_done = False

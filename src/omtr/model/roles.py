@@ -425,18 +425,13 @@ class RoleModel(nn.Module):
     def _objects(self, objects, n: int):
         """Each prompt's statement names for the scope rules (None: none), or None when the
         config turns the rule off (``statement_objects``)."""
-        if objects is None or not self.cfg.statement_objects:
+        if objects is None:
             return None
         if len(objects) != n:
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
-        def one(o):
-            if not o:
-                return None
-            if getattr(o, "facts", None) is not None and self.cfg.statement_facts:
-                return o  # the names with the statement's facts (the facts rule)
-            return tuple(o)
+        from omtr.inference.statement import decoder_objects
 
-        return [one(o) for o in objects]
+        return [decoder_objects(o, self.cfg.statement_objects, self.cfg.statement_facts) for o in objects]
 
     @property
     def grammar(self):

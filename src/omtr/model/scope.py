@@ -80,6 +80,7 @@ class Declared:
     predicates: dict = field(default_factory=dict)  # name -> tuple of argument types
     constants: dict = field(default_factory=dict)  # name -> type
     actions: frozenset = frozenset()
+    fluents: frozenset = frozenset()  # predicates some action's effect changes (the others are static)
 
 
 def declared_from_domain(text: str) -> Declared:
@@ -90,8 +91,23 @@ def declared_from_domain(text: str) -> Declared:
 
     dom = parse_domain(text)
     preds = {p: tuple(t for _, t in args) for p, args in dom.predicates.items()}
+    fluents = set()
+    for act in dom.actions.values():
+        _effect_heads(act.effect, fluents)
     return Declared(name=dom.name.lower(), flags=frozenset(dom.requirements), types=dict(dom.types),
-                    predicates=preds, constants=dict(dom.constants), actions=frozenset(dom.actions))
+                    predicates=preds, constants=dict(dom.constants), actions=frozenset(dom.actions),
+                    fluents=frozenset(fluents))
+
+
+def _effect_heads(f, out: set) -> None:
+    """The predicates an effect formula (an s-expression) adds or deletes, into ``out``."""
+    if not isinstance(f, list) or not f or not isinstance(f[0], str):
+        return
+    if f[0] in ("and", "not", "forall", "when"):
+        for g in f[1:]:
+            _effect_heads(g, out)
+        return
+    out.add(f[0])
 
 
 class GivenDomainError(ValueError):
@@ -209,13 +225,15 @@ class ScopeTracker:
         self.preds: dict[str, tuple] = dict(d.predicates)
         self.constants: dict[str, str] = dict(d.constants)
         self.actions: set[str] = set(d.actions)
+        self.fluents: set[str] = set(d.fluents)  # predicates an action's effect changes (see _static)
         self.objects: dict[str, str] = {}
         self.params: dict[str, str] = {}
         self.stack: list[_Frame] = [_Frame(ROOT)]
         self.word = ""
         self.last = ""
         self.domain_done = self.given
-        req = tuple(dict.fromkeys(o for o in (objects or ()) if _NAME.fullmatch(o) and len(o) <= self.name_len
+        names = objects if getattr(objects, "require", True) else ()  # False: names that only size the bounds
+        req = tuple(dict.fromkeys(o for o in (names or ()) if _NAME.fullmatch(o) and len(o) <= self.name_len
                                   and o not in self.constants))
         self.required = req if len(req) <= L.objects else ()
         # The statement's facts (``objects.facts``, omtr.inference.statement.StatementNames): per
@@ -258,6 +276,7 @@ class ScopeTracker:
             self.flags, self.types, self.type_items = set(self.flags), dict(self.types), set(self.type_items)
             self.preds, self.constants, self.actions = dict(self.preds), dict(self.constants), set(self.actions)
             self.objects, self.params = dict(self.objects), dict(self.params)
+            self.fluents = set(self.fluents)
             self._tq, self._cands = None, {}
 
     # ------------------------------------------------------------------ queries
@@ -355,7 +374,7 @@ class ScopeTracker:
                 if k in (PARAMS, OBJECTS):
                     fit = {t for t in self._declared_types() if self._params_viable(f, t)}
                     if k == OBJECTS and self.required:
-                        named = self._group_types(f) & fit
+                        named = self._subtypes(self._group_types(f)) & fit
                         if not named and self.fact_left is not None:
                             return self._useful_types(f, fit), None
                         return named or fit, None
@@ -393,6 +412,14 @@ class ScopeTracker:
             if o in self.required:
                 out |= {t for t in types if _names_type(o, t)}
         return out
+
+    def _subtypes(self, types: set[str]) -> set[str]:
+        """``types`` and every declared type below one of them (``location_0_0`` may be an
+        ``airport`` when airports are locations)."""
+        if not types:
+            return set()
+        tq = self._typeq()
+        return {t for t in self._declared_types() if any(tq.fits(t, n) for n in types)}
 
     def _missing_objects(self, f: _Frame) -> list[str]:
         return [o for o in self.required if o not in f.items and o not in self.constants] if self.required else []
@@ -572,6 +599,8 @@ class ScopeTracker:
         over none of the statement's names (``(handempty)``, ``(free left)``) while the part has a
         clause without names for it, or one whose arguments name, in order, the names of a clause
         of the part no atom stands for yet?"""
+        if ctx == "init" and self._static(pred):
+            return True  # a static fact the English may leave out (PlanBench's (truck t0), (obj p0))
         cands = self._candidates(ctx, pred)
         n = len(cands)
         if n == 0:
@@ -600,9 +629,19 @@ class ScopeTracker:
             return True
         return any((neg, pred, tuple(prefix) + combo) not in conj.used for combo in itertools.product(*rest))
 
+    def _static(self, pred: str) -> bool:
+        """Is ``pred`` static: declared, and changed by no action's effect (known once the domain is
+        written, or from the given domain)? Static facts are the domain's structure, which a
+        statement may leave out (PlanBench's Logistics never states ``(truck t0)`` or ``(obj p0)``):
+        the facts rule lets ``:init`` hold them beside the statement's clauses."""
+        return self.domain_done and pred in self.preds and pred not in self.fluents
+
     def _fact_written(self, f: _Frame) -> None:
-        """An atom of ``:init`` or the goal closed: the clause it stands for is used."""
+        """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
+        fact of ``:init`` that stands for no clause is let be)."""
         key = tuple(self._fname(a) for a in f.args)
+        if f.ctx == "init" and self._static(f.pred) and key not in self.fact_left["init"]:
+            return
         if all(k is None for k in key):  # for a clause that names nothing
             if self.fact_free[f.ctx] <= 0:
                 raise Reject
@@ -847,6 +886,9 @@ class ScopeTracker:
         elif k == ATOM:
             if len(f.args) != len(self.preds[f.pred]):
                 raise Reject
+            if f.ctx == "eff" and f.pred not in self.fluents:
+                self._mutable_tables()
+                self.fluents.add(f.pred)
             if self.fact_left is not None and f.ctx in ("init", "goal"):
                 self._fact_written(f)
             if self._conj_of(f) is not None:

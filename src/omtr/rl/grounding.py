@@ -25,7 +25,7 @@ clause.
 It returns None when it cannot judge: a text without ``[STATEMENT]``, or a statement with no names.
 It does not read predicates (the given domain's names rarely appear in the English), so it cannot
 tell ``(clear red)`` from ``(ontable red)``; the planner's verdict and the rest of the reward have
-to. Names that are also words of the description (Mystery BlocksWorld's ``object a``) are not seen.
+to. The statement is read by :func:`omtr.inference.statement.read_statement`, as scoped decoding reads it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
-    STATEMENT, TEMPLATE_WORDS, _norm, clause_keys, name_parts, statement_parts,
+    STATEMENT, TEMPLATE_WORDS, _norm, clause_keys, name_parts, read_statement, statement_parts,
 )
 
 
@@ -82,14 +82,12 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
     """The F1 of the statement's clauses against the problem's init and goal atoms (module doc):
     1 when every named clause has its atom and every atom its clause; 0 when the problem does not
     parse or names nothing of the statement; None when the text gives nothing to judge by."""
-    parts = statement_parts(nl)
-    if parts is None:
-        return None
-    names, init_clauses, goal_clauses = parts
+    reading = read_statement(nl)  # the one reading of the English (omtr.inference.statement)
+    names = set(reading.norm_names)
     if not names:
         return None
 
-    ck_init, ck_goal = clause_keys(names, init_clauses), clause_keys(names, goal_clauses)
+    ck_init, ck_goal = (list(k) for k in reading.facts)
     if not ck_init and not ck_goal:
         return None
     if not problem_text:

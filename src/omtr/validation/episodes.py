@@ -50,6 +50,7 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
     "task_id": "str",
     "family": "str",           # task family; "" when the task has none
     "mode": "str",             # full (the model wrote domain and problem) | domain-given (the problem only)
+    "rules": "str",            # the decoding rules the episode ran under: off | plain | scoped | scoped+objects | scoped+objects+facts
     "role": "str",             # actor | editor | judge
     "step": "int64",           # index of the spec in the episode: 0 the Actor's, 1..5 repairs
     "spec_hash": "str",        # hash of the normalised spec; "" when no spec could be extracted
@@ -65,6 +66,8 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
 NULLABLE = frozenset({"category", "judge_score", "reward", "advantage"})
 ROLES = ("actor", "editor", "judge")
 MODES = ("full", "domain-given")  # omtr.tasks.records.MODES (kept here: the suite reads no task code)
+# omtr.model.scope_check.rules_label's values (kept here: the suite reads no model code)
+RULE_SETS = ("off", "plain", "scoped", "scoped+objects", "scoped+objects+facts")
 FIRST_STEP = MappingProxyType({"actor": 0, "editor": 1, "judge": 0})
 CATEGORIES = tuple(c.value for c in Category)
 KEY_COLUMNS = ("run", "cycle", "episode", "role", "step")
@@ -170,7 +173,8 @@ def rows_from_traces(traces: Iterable, run: str, cycle: int, *, first_episode: i
     for n, trace in enumerate(traces):
         ep = trace.to_json() if hasattr(trace, "to_json") else trace
         base = {"run": str(run), "cycle": int(cycle), "episode": first_episode + n,
-                "task_id": str(ep["id"]), "family": ep.get("family") or "", "mode": ep.get("mode") or "full"}
+                "task_id": str(ep["id"]), "family": ep.get("family") or "", "mode": ep.get("mode") or "full",
+                "rules": ep.get("rules") or "off"}
         for s in ep.get("steps", []):
             verdict = s.get("verdict") or {}
             success = bool(verdict.get("success"))
@@ -322,6 +326,8 @@ def _expectations(max_step: int) -> list:
                                         meta=meta(f"role is one of {', '.join(ROLES)}", "role")),
         gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=list(MODES),
                                         meta=meta(f"mode is one of {', '.join(MODES)}", "mode")),
+        gxe.ExpectColumnValuesToBeInSet(column="rules", value_set=list(RULE_SETS),
+                                        meta=meta(f"rules is one of {', '.join(RULE_SETS)}", "rules")),
         gxe.ExpectColumnValuesToBeInSet(column="category", value_set=list(CATEGORIES),
                                         meta=meta("category is one of the six categories (or null)", "category")),
         gxe.ExpectColumnValuesToBeBetween(column="judge_score", min_value=0.0, max_value=1.0,
