@@ -1,6 +1,7 @@
-"""The whole Kubeflow pipeline, run locally by kfp's SubprocessRunner on the small profile (SmolLM2)
+"""The whole Kubeflow pipeline, run locally by kfp's SubprocessRunner: on the small profile (SmolLM2)
 with the smallest settings (2 training tasks, 1 validation task, one update of 2 episodes, a budget
-of one planner call): every step in order, the components' own code, real services.
+of one planner call): every step in order, the components' own code, real services; and on `micro`,
+twice, to see the baseline gate decide both ways (the last test).
 
 The test starts a real MLflow tracking server (SQLite backend, artifacts served by the server) and
 the real solver service (`omtr solver serve`) on loopback and passes their URLs as run parameters.
@@ -80,32 +81,44 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
     # every spec the evaluation extracted was verified by the solver service, none by local workers
     # (an answer cut off before a complete spec never reaches the environment; tests/
     # test_evaluate_fleet.py proves the fleet path with specs that always do)
-    (traces,) = root.glob("*/evaluate/evaluation/traces.jsonl")
-    sent = sum(1 for line in traces.read_text().splitlines() for s in json.loads(line)["steps"]
-               if s["verdict"]["stage"] != "extract")
+    # (the trained model's evaluation and the untrained model's, evaluate-baseline)
+    sent = 0
+    for step in ("evaluate", "evaluate-baseline"):
+        (traces,) = root.glob(f"*/{step}/evaluation/traces.jsonl")
+        sent += sum(1 for line in traces.read_text().splitlines() for s in json.loads(line)["steps"]
+                    if s["verdict"]["stage"] != "extract")
     assert fleet_metrics.get("omtr_solver_calls_total", 0) == sent
 
-    # registry on the tracking server: version 1, champion (the first version always wins), its metrics
+    # registry on the tracking server: version 1 with its metrics and its baseline's (the untrained SmolLM2)
     client = mlflow.MlflowClient(tracking_uri=tracking_server, registry_uri=tracking_server)
-    champion = client.get_model_version_by_alias(NAME, "champion")
-    assert str(champion.version) == "1"
-    assert {"metric.success", "metric.faithful", "metric.calls"} <= set(champion.tags)
-    assert float(champion.tags["metric.calls"]) <= 1.0  # budget 1: at most one planner call per task
-    train_run = client.get_run(champion.tags["omtr.train_run_id"])  # training logged to the server too
+    v1 = client.get_model_version(NAME, "1")
+    assert {"metric.success", "metric.faithful", "metric.calls", "baseline.faithful", "baseline.success"} <= set(v1.tags)
+    assert v1.tags["omtr.baseline_model"] == "small"
+    assert float(v1.tags["metric.calls"]) <= 1.0  # budget 1: at most one planner call per task
+    train_run = client.get_run(v1.tags["omtr.train_run_id"])  # training logged to the server too
     assert train_run.info.status == "FINISHED"
-    assert client.get_model_version(NAME, "1").source
+    assert v1.source
+    # one update of 2 episodes may or may not beat the untrained model: the gate decides, as in the main job
+    from omtr.tracking.registry import BASELINE_PREFIX, Scores, decide
+
+    gate = decide(Scores.from_tags("1", v1.tags), None, "point", Scores.from_tags("1", v1.tags, BASELINE_PREFIX))
 
     # the components' typed outputs
     ev = _executor_output(root, "evaluate")["artifacts"]
     metrics = ev["metrics"]["artifacts"][0]["metadata"]
-    assert metrics["tasks"] == 1.0 and 0.0 <= metrics["success"] <= 1.0 and metrics["calls"] == float(champion.tags["metric.calls"])
+    assert metrics["tasks"] == 1.0 and 0.0 <= metrics["success"] <= 1.0 and metrics["calls"] == float(v1.tags["metric.calls"])
     assert Path(ev["report"]["artifacts"][0]["uri"]).read_text().lstrip().lower().startswith("<!doctype html")
     va = _executor_output(root, "validate-episodes")["artifacts"]["summary"]["artifacts"][0]["metadata"]
     assert va["logs_failed"] == 0 and va["logs_checked"] >= 2
     promoted = _executor_output(root, "promote")["parameterValues"]["Output"]
-    assert promoted is True
+    assert promoted is gate.promote, gate.reason
+    if not promoted:
+        assert str(client.get_model_version_by_alias(NAME, "challenger").version) == "1"
+        assert not list(root.glob("*/deploy/rollout"))  # nothing is deployed
+        return
 
     # deploy ran because champion moved: the patch it would send, for the version just promoted
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
     (rollout,) = root.glob("*/deploy/rollout")
     res = json.loads(rollout.read_text())
     assert res["dry_run"] and res["model_uri"] == f"models:/{NAME}/1" and res["version"] == "1"
