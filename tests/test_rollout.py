@@ -390,6 +390,7 @@ def test_prefix_cache_is_dropped_on_refresh_and_bounded(micro, caplog):
     fast.generate("actor", PROMPTS, GREEDY, constraint="off")
     assert fast.prefix_cache.blocks > 0
     fast.mark_stale()
+    fast.reset_stats()
     fast.generate("actor", PROMPTS[:1], GREEDY, constraint="off")  # the refresh drops the old blocks first
     assert fast.prefix_cache.stats.cleared >= 2  # made empty, then dropped by the refresh
     assert fast.prefill_stats["cached_tokens"] == 0, "nothing of the old weights is reused"
@@ -467,3 +468,14 @@ def test_task_eta_waits_for_a_whole_batch():
     bar.update(25)
     assert "ETA 0s" in bar.line()
     assert "ETA" in Progress(3, "tasks", quiet=True).line()
+
+
+def test_a_prompt_longer_than_the_context_is_a_clear_error(micro):
+    from omtr.rollout.fast import EngineError
+
+    fast = make_engine("fast", micro)
+    long = [[{"role": "user", "content": "stack the blocks " * (fast.max_positions // 2)}]]
+    with pytest.raises(EngineError, match="longer than the model's context"):
+        fast.generate("actor", long, GREEDY, constraint="off")
+    with pytest.raises(EngineError, match="longer than the model's context"):
+        fast.judge(long)

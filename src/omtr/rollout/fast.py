@@ -12,9 +12,21 @@ What makes it faster than the role model's own ``generate`` on a CPU:
   ``quantize=False`` keeps fp32 (then the engine matches the policy to float rounding).
 - **Fused projections and a lean decoder.** q/k/v are one linear, gate/up one linear; a
   decoder written for the Llama/Qwen2 family (RMSNorm, RoPE, grouped-query attention, SwiGLU)
-  with its own KV cache: the shared prompt prefix (role vectors, system prompt, demonstration)
-  is held once as a batch of one and never repeated per row; each row's own tokens and answer
-  sit in a per-row cache that grows in blocks and shrinks when sequences finish.
+  with its own KV cache: a batch's prompts are grouped into segments by the prefix they share
+  (a family's prompts: role vectors, system prompt, demonstration, given domain, description);
+  each segment's prefix is held once as a batch of one and never repeated per row; each row's
+  own tokens and answer sit in a per-row cache that grows in blocks and shrinks when sequences
+  finish. All rows decode together, each attending to its segment's prefix.
+- **A prefix cache across prompts and calls** (:mod:`omtr.rollout.prefix_cache`, the way of vLLM's
+  automatic prefix caching and SGLang's RadixAttention): a prefix is computed in chunks of
+  ``prefix_block`` tokens from the prompt's start, and full chunks are kept as blocks found by
+  the tokens before them; a later prompt (same batch or a later call: the next batch, a served
+  request, the Judge's prompts) that starts with the same blocks computes only what follows.
+  Bounded (``prefix_cache_mb``, least recently used blocks go first), dropped on every refresh,
+  and exact: the chunks are the same with the cache off (``prefix_cache=False``, where no
+  computation is shared between different prompts), so greedy tokens and log-probs are equal.
+- **The Judge on the engine**: its adapter merged into fp32 weights (its scores are the policy's
+  to float rounding), its prompts through the same prefill and prefix cache.
 - **The MLP's down projection** in int8 for decode steps and in bf16 for passes over many tokens
   (its inputs at the role-vector positions are too large for a per-tensor int8 scale; see
   :class:`_PrefillBf16Linear`).
@@ -57,8 +69,13 @@ SUPPORTED = ("llama", "qwen2")  # model_type values whose decoder this engine re
 BLOCK = 64  # KV cache growth, in tokens
 # The prefix cache (omtr.rollout.prefix_cache): prompt prefixes are computed in chunks of this many
 # tokens from the prompt's start, cache or not, and full chunks are kept as blocks. SmolLM2 on 2
-# cores: chunks of 128 tokens run at the speed of one pass over the whole prefix (see the README).
-PREFIX_BLOCK = 128
+# cores, a 1,389-token BlocksWorld prompt: one pass 866 tokens/s, chunks of 256 765/s, of 128 677/s,
+# of 64 501/s; a family's shared prefix (1,308 of those tokens) reaches 1,280 in blocks of 256 or 128.
+PREFIX_BLOCK = 256
+# Segments (groups of prompts with a prefix of their own) a batch is split into at most.
+# SmolLM2 on 2 cores: a 1,389-token prompt as a prefix (a batch of one, in chunks) ran at ~770
+# prompt tokens/s; four prompts of 1,400-2,300 tokens side by side as rows at ~280/s.
+MAX_SEGMENTS = 8
 JUDGE_BATCH = 8  # Judge prompts scored together (their own tokens pass through the network at once)
 # A decode step multiplies only the head rows of the tokens the grammar allows when they are at
 # most this many (over the step's rows): the int8 head over SmolLM2's 49,152 tokens costs ~3 ms a
@@ -248,6 +265,7 @@ class FastEngine(OverModel):
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or self.H // self.n_heads
         self.eps = cfg.rms_norm_eps
+        self.max_positions = getattr(cfg, "max_position_embeddings", None)
         dec = getattr(model.base_model, model.base_model.base_model_prefix)
         rot = dec.rotary_emb
         self.inv_freq = rot.inv_freq.detach().float().cpu().clone()
@@ -636,8 +654,8 @@ class FastEngine(OverModel):
         """Distinct prompts ``seqs`` grouped by the prefix they share: ``[(rows, p)]``, each
         segment's rows and the length of its shared prefix (a row keeps at least one token of its
         own). Prompts whose common prefix is ``MIN_SHARED_PREFIX`` tokens longer than the whole
-        batch's share a segment (a family's prompts); the others make one segment together; a
-        prompt alone in its segment is all prefix but its last token. Segments depend on the batch alone, never on the cache's contents, so
+        batch's share a segment (a family's prompts); the others are a segment each (together
+        past ``MAX_SEGMENTS``); a prompt alone in its segment is all prefix but its last token. Segments depend on the batch alone, never on the cache's contents, so
         the results are the same with the cache on or off."""
         U = len(seqs)
         if U == 1:
@@ -650,10 +668,19 @@ class FastEngine(OverModel):
                 groups[-1].append(i)
             else:
                 groups.append([i])
-        # Prompts that share nothing beyond the batch's prefix make one segment together (one
-        # segment each would cost each decode step an attention pass per prompt).
+        # A prompt that shares nothing beyond the batch's prefix is a segment of its own (all of it
+        # computed as a prefix, in chunks, and cached: a batch of one is several times faster than
+        # many long rows side by side) while the segments are at most MAX_SEGMENTS; past that the
+        # lone prompts make one segment together (each segment costs a decode step an attention
+        # pass of its own).
         alone = sorted(i for grp in groups if len(grp) == 1 for i in grp)
-        groups = [sorted(grp) for grp in groups if len(grp) > 1] + ([alone] if alone else [])
+        shared = [sorted(grp) for grp in groups if len(grp) > 1]
+        if not shared and 2 * common >= min(len(s) for s in seqs):
+            return [(list(range(U)), common)]  # prompts alike but for their ends: one segment
+        if len(shared) + len(alone) <= MAX_SEGMENTS:
+            groups = shared + [[i] for i in alone]
+        else:
+            groups = shared + ([alone] if alone else [])
         if len(groups) == 1:
             return [(list(range(U)), common)]
         out = []
@@ -727,13 +754,17 @@ class FastEngine(OverModel):
         Returns (last hidden states [U, H] before the final norm, the rows' cache, the segments'
         prefixes, each distinct row's segment [U], next positions [U, 1], ``inverse``: the
         distinct row of each of ``seqs``)."""
+        R = rw.role_vectors.shape[0]
+        longest = max(len(s) for s in seqs)
+        if self.max_positions and R + longest > self.max_positions:
+            raise EngineError(f"a prompt of {longest} tokens (with the {R} role vectors) is longer than the model's "
+                              f"context of {self.max_positions} positions: shorten the task or its given domain")
         first_of: dict[tuple[int, ...], int] = {}
         inverse = [first_of.setdefault(tuple(s), len(first_of)) for s in seqs]
         distinct = [list(s) for s in first_of]
         U = len(distinct)
         segments = self._segments(distinct)
         self.last_groups = [len(rows) for rows, _ in segments]
-        R = rw.role_vectors.shape[0]
         p_of = [0] * U
         seg_of = torch.zeros(U, dtype=torch.long)
         for k, (rows, p) in enumerate(segments):
