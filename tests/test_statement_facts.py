@@ -216,3 +216,44 @@ def test_the_config_switch_and_the_replay_keep_the_facts():
     from omtr.model.scope import ScopeTracker, given_declarations
 
     assert ScopeTracker(given_declarations(_domain("blocksworld")), objects=got).required == ()
+
+
+@pytest.mark.parametrize("config", ["mystery_blocksworld", "logistics"])
+def test_random_walks_on_planbench_text_never_dead_end(config):
+    """The same walks on PlanBench's own text, with the small profile's bounds: one-letter names
+    (Mystery's "object a"), names the description uses in examples and static facts it never states
+    (Logistics). Every finished problem declares the statement's names and has an atom per clause;
+    atoms beyond the clauses are static facts only."""
+    from collections import Counter
+
+    from omtr.config import SMALL_GRAMMAR_LIMITS
+    from omtr.inference.statement import _norm
+    from omtr.model.backbone import build_micro_tokenizer
+    from omtr.tasks.planbench import import_config
+    from omtr.tasks.planbench_data import shipped_root
+
+    task = min(import_config(shipped_root(), config), key=lambda t: len(t.nl))
+    tok = build_micro_tokenizer(1024)
+    g = PddlGrammar(tok, len(tok), GrammarLimits(**SMALL_GRAMMAR_LIMITS))
+    given = given_declarations(task.reference.domain)
+    names = statement_objects(task.nl)
+    assert names.facts is not None
+    static = set(given.predicates) - set(given.fluents)
+    finished = 0
+    for seed in range(6):
+        text, done, st = walk(g, seed, given=given, objects=names, max_steps=4000)
+        assert not st.scope_left and st.fallbacks == 0, text
+        if not done:
+            continue
+        finished += 1
+        prob = parse_problem(text)
+        assert set(names) <= set(prob.objects)
+        nm = {_norm(n) for n in names}
+        for atoms, want in ((prob.init, names.facts[0]), ([a for a, _ in conjunction_literals(prob.goal)], names.facts[1])):
+            got = Counter(tuple(_norm(str(x)) for x in a[1:]) for a in atoms
+                          if any(_norm(str(x)) in nm for x in a[1:]))
+            assert not Counter(want) - got, text  # every clause has its atom
+            extra = [a for a in atoms if str(a[0]) not in static and any(_norm(str(x)) in nm for x in a[1:])
+                     and tuple(_norm(str(x)) for x in a[1:]) not in want]
+            assert not extra, text  # beyond the clauses, static facts only
+    assert finished >= 3

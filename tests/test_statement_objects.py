@@ -187,3 +187,37 @@ def test_the_episode_loop_passes_each_statements_names(micro):
     assert seen and seen[0] == [statement_objects(GRIPPER_NL)]
     prob = eps[0].steps[0].problem or eps[0].steps[0].text
     assert "room_1" in prob and "ball_2" in prob
+
+
+def test_every_episode_records_the_rules_it_ran_under(micro):
+    """The rule set an episode's answers ran under reaches its trace, the episode log and
+    metrics.json, counted per set."""
+    import dataclasses
+
+    from omtr.evaluation.metrics import compute_metrics
+    from omtr.inference.episode import decoding_rules, run_episodes
+    from omtr.inference.policy import Sampling
+    from omtr.solver import SolverPool
+    from omtr.tasks.training import TrainingTask
+    from omtr.validation.episodes import rows_from_traces
+
+    free = GRIPPER_NL[:GRIPPER_NL.rfind("[STATEMENT]")] + "Move every ball to the other room."
+    tasks = [TrainingTask("g1", "gripper", None, GRIPPER_NL, domain=examples.GRIPPER_DOMAIN),
+             TrainingTask("g2", "gripper", None, free, domain=examples.GRIPPER_DOMAIN)]
+    with SolverPool(1) as pool:
+        eps = run_episodes(tasks, micro, pool, budget=1, judge=False, sampling=Sampling(greedy=True, max_new_tokens=40))
+    assert [e.rules for e in eps] == ["scoped+objects+facts", "scoped"]  # the free English: the rules stand aside
+    assert [e.to_json()["rules"] for e in eps] == ["scoped+objects+facts", "scoped"]
+    rows = rows_from_traces(eps, "run", 0)
+    assert {r["task_id"]: r["rules"] for r in rows} == {"g1": "scoped+objects+facts", "g2": "scoped"}
+    m = compute_metrics([e.to_json() for e in eps], bootstrap=20)
+    assert m["overall"]["rules"] == {"scoped+objects+facts": 1, "scoped": 1}
+    old = micro.cfg
+    try:
+        micro.cfg = dataclasses.replace(old, decoding="plain")
+        assert decoding_rules(micro, GRIPPER_NL) == "plain"
+        micro.cfg = dataclasses.replace(old, statement_facts=False)
+        assert decoding_rules(micro, GRIPPER_NL) == "scoped+objects"
+    finally:
+        micro.cfg = old
+    assert decoding_rules(object(), GRIPPER_NL) == "off"  # a policy without omtr's decoder

@@ -21,7 +21,8 @@ How sure the reading is decides which scope rules may use it (:attr:`Reading.rul
 
 * ``layout == "planbench"`` (the two template sentences found, every clause read): the names and
   the facts (each clause's names in order);
-* ``layout == "statement"`` (a ``[STATEMENT]`` line in another layout): the names only;
+* ``layout == "statement"`` (a ``[STATEMENT]`` line in another layout): the names rule only, and
+  only identifiers count as names there (a word such as "stays" could be anything);
 * ``layout == "none"`` (free English, or no names): nothing; the grammar and the plain scope
   rules alone.
 """
@@ -169,8 +170,13 @@ def read_statement(nl: str) -> Reading:
     if planbench:
         return Reading("planbench", names, init, goal,
                        why=f"PlanBench layout: {len(names)} names, {sum(1 for c in init + goal if c.key)} clauses with names")
-    return Reading("statement", names, init, goal,
-                   why=f"{len(names)} names in a statement not in PlanBench's layout: the names rule only")
+    # Another layout: only identifiers are sure to be names ("stays" in "the yellow block stays" is not)
+    sure = tuple(n for n in names if _IDENT.fullmatch(n))
+    if not sure:
+        return Reading("none", init=init, goal=goal,
+                       why="a statement not in PlanBench's layout and without identifiers: the statement rules stand aside")
+    return Reading("statement", sure, init, goal,
+                   why=f"{len(sure)} identifiers in a statement not in PlanBench's layout: the names rule only")
 
 
 # ------------------------------------------------------------------ the views the rest of omtr uses

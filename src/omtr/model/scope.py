@@ -599,7 +599,7 @@ class ScopeTracker:
         over none of the statement's names (``(handempty)``, ``(free left)``) while the part has a
         clause without names for it, or one whose arguments name, in order, the names of a clause
         of the part no atom stands for yet?"""
-        if ctx == "init" and self._static(pred):
+        if ctx == "init" and self._static(pred) and self._static_room(conj):
             return True  # a static fact the English may leave out (PlanBench's (truck t0), (obj p0))
         cands = self._candidates(ctx, pred)
         n = len(cands)
@@ -635,6 +635,12 @@ class ScopeTracker:
         statement may leave out (PlanBench's Logistics never states ``(truck t0)`` or ``(obj p0)``):
         the facts rule lets ``:init`` hold them beside the statement's clauses."""
         return self.domain_done and pred in self.preds and pred not in self.fluents
+
+    def _static_room(self, conj: _Frame | None) -> bool:
+        """May ``:init`` take a static fact beyond the statement's clauses, and still have room under
+        the grammar's bound for an atom per clause left?"""
+        used = len(conj.used) if conj is not None and conj.used else 0
+        return used + len(self.fact_left["init"]) + self.fact_free["init"] < self.part_limit["init"]
 
     def _fact_written(self, f: _Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static

@@ -1,0 +1,125 @@
+"""The statement rules on the model: success, faithful success and which rules applied, before and after.
+
+    python benchmarks/statement_rules.py --out docs/results/statement-rules.json \
+        --variant after=. --variant before=/tmp/before        # a worktree of the earlier commit
+
+Builds one domain-given task sample (``--per-family`` PlanBench tasks of every family, drawn with
+``--seed``, and ``--generated`` tasks of every generator family, test split, seed ``--seed``), then
+runs ``omtr evaluate --policy model`` (untrained model, greedy, the fast engine) once per variant:
+``NAME=DIR`` runs the ``omtr`` whose sources are in ``DIR/src`` on the same tasks. With
+``--budget 6`` one run gives both budgets: the Actor's step is the budget-1 answer (greedy), so
+success and faithful success at budget 1 are read from each episode's first step. Prints, per
+family and variant, success and faithful success at budget 1 and at the budget, drift, and the
+rule sets the episodes ran under, and writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
+GENERATED = ("blocksworld", "mystery_blocksworld", "gripper", "logistics")
+
+
+def build_tasks(path: Path, per_family: int, generated: int, seed: int) -> list[str]:
+    from omtr.tasks.generators import generate
+    from omtr.tasks.planbench import import_planbench
+    from omtr.tasks.planbench_data import shipped_root
+
+    rng = random.Random(seed)
+    rows = []
+    for fam in PLANBENCH:
+        pool = import_planbench(shipped_root(), [fam])
+        for t in rng.sample(pool, min(per_family, len(pool))):
+            rows.append({**t.to_json(), "domain": t.reference.domain})
+    for fam in GENERATED:
+        if generated <= 0:
+            continue
+        for t in generate(fam, generated, seed, split="test", min_objects=2, max_objects=4, verify=False):
+            d = t.to_json()
+            d["id"] = "gen-" + d["id"]
+            rows.append({**d, "domain": t.reference.domain})
+    with path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+    return [r["id"] for r in rows]
+
+
+def summarise(traces: Path) -> dict:
+    out: dict = {}
+    for line in traces.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind", "planning") != "planning":
+            continue
+        fam = ("generated/" if r["id"].startswith("gen-") else "planbench/") + (r.get("family") or "none")
+        s = out.setdefault(fam, Counter())
+        steps = r.get("steps") or []
+        faithful = bool((r.get("faithful") or {}).get("faithful"))
+        first_ok = bool(steps) and bool((steps[0].get("verdict") or {}).get("success"))
+        s["tasks"] += 1
+        s["success_b1"] += first_ok
+        s["faithful_b1"] += first_ok and r.get("planner_calls") == 1 and faithful
+        s["success"] += bool(r.get("success"))
+        s["faithful"] += bool(r.get("success")) and faithful
+        s["calls"] += int(r.get("planner_calls") or 0)
+        s["rules:" + (r.get("rules") or "(not recorded)")] += 1
+    res = {}
+    for fam, s in sorted(out.items()):
+        n = s["tasks"]
+        res[fam] = {"tasks": n, **{k: s[k] for k in ("success_b1", "faithful_b1", "success", "faithful", "calls")},
+                    "drift": round(1 - s["faithful"] / s["success"], 3) if s["success"] else None,
+                    "rules": {k[6:]: v for k, v in s.items() if k.startswith("rules:")}}
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                    help="a variant: the omtr in DIR/src (repeatable; default after=.)")
+    ap.add_argument("--per-family", type=int, default=20, help="PlanBench tasks per family")
+    ap.add_argument("--generated", type=int, default=8, help="generated tasks per generator family")
+    ap.add_argument("--seed", type=int, default=3401, help="sample seed (not a seed any rule was tuned on)")
+    ap.add_argument("--budget", type=int, default=1)
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--work", default="out/statement-rules", help="folder for the task file and the evaluations")
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    variants = [v.split("=", 1) for v in (args.variant or ["after=."])]
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    tasks = work / f"tasks-{args.seed}.jsonl"
+    ids = build_tasks(tasks, args.per_family, args.generated, args.seed)
+    results = {"model": args.model, "budget": args.budget, "seed": args.seed, "per_family": args.per_family,
+               "generated_per_family": args.generated, "tasks": len(ids), "mode": "domain-given",
+               "decoding": "greedy, fast engine", "variants": {}}
+    for name, src in variants:
+        out = work / f"{name}-b{args.budget}"
+        env = dict(os.environ, PYTHONPATH=str(Path(src).resolve() / "src"))
+        cmd = [sys.executable, "-m", "omtr", "evaluate", "--policy", "model", "--model", args.model,
+               "--engine", "fast", "--budget", str(args.budget), "--tasks", str(tasks), "--out", str(out),
+               "--no-report", "--bootstrap", "200", "--workers", "1", "--overwrite"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True)
+        secs = time.perf_counter() - t0
+        summary = summarise(out / "traces.jsonl")
+        results["variants"][name] = {"src": src, "seconds": round(secs, 1), "families": summary}
+        print(f"== {name} ({secs:.0f} s)")
+        for fam, s in summary.items():
+            print(f"  {fam:34s} n={s['tasks']:3d}  b1 success {s['success_b1']:3d} faithful {s['faithful_b1']:3d}  "
+                  f"b{args.budget} success {s['success']:3d} faithful {s['faithful']:3d}  rules {s['rules']}")
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
