@@ -65,14 +65,19 @@ def _outcome(clone: Path) -> dict:
     promotion decision stored on the version (``omtr.promotion``)."""
     import mlflow
 
-    uri = f"sqlite:///{clone / 'mlruns.db'}"
+    # `mlflow run` gives the job MLflow's default store, ./mlflow.db (MLflow 3); `omtr pipeline` run
+    # by itself uses ./mlruns.db
+    db = next((clone / f for f in ("mlflow.db", "mlruns.db") if (clone / f).is_file()), None)
+    if db is None:
+        return {"outcome": None, "tracking": None}
+    uri = f"sqlite:///{db}"
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     exps = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exps, filter_string="tags.`omtr.pipeline` = 'main'", max_results=1) if exps else []
     if not runs:
         return {"outcome": None}
     m = runs[0].data.metrics
-    row = {"trained": {k: m.get(k) for k in ("success", "faithful", "calls")},
+    row = {"tracking": db.name, "trained": {k: m.get(k) for k in ("success", "faithful", "calls")},
            "untrained": {k: m.get(f"baseline.{k}") for k in ("success", "faithful", "calls")}}
     try:
         versions = client.search_model_versions("name='omtr-role-model'")

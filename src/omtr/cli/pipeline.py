@@ -24,7 +24,8 @@ a killed training step continues from its checkpoint (WORK/train-KEY) when run a
 evaluate-baseline evaluates the untrained model (where training starts) on the same validation
 tasks; the version is registered with its metrics as baseline.* tags and promoted only if its
 faithful success is above them. Leave it out of --steps to register without a baseline.
-Tracking and registry: $MLFLOW_TRACKING_URI, else ./mlruns.db. Then:
+Tracking and registry: $MLFLOW_TRACKING_URI, else ./mlruns.db (under `mlflow run`: MLflow's default,
+./mlflow.db). Then:
   mlflow ui --backend-store-uri sqlite:///mlruns.db --workers 1
   MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT=600 mlflow models serve -m models:/omtr-role-model@champion --env-manager local --port 5001
 """
