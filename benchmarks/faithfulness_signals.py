@@ -1,0 +1,315 @@
+"""Which annotation-free signals tell a faithful spec from a solved-but-unfaithful one? Measured.
+
+    flock /tmp/omtr-heavy.lock .venv/bin/python benchmarks/faithfulness_signals.py \
+        --out docs/results/faithfulness-signals-2026-12-03.json
+    .venv/bin/python benchmarks/faithfulness_signals.py --generated 1 --per-family 1 --out /tmp/s.json  # a tiny run
+
+Held-out tasks, domain given: ``--generated`` generated tasks of BlocksWorld and Gripper (seed
+``--seed``, test split, 2-4 objects) and ``--per-family`` PlanBench tasks of each of ``--planbench``'s
+families (drawn with ``--seed``), each task's ``domain`` its reference domain (as ``omtr tasks
+import-planbench --given-domain`` sets it). The untrained model (``small``, SmolLM2, the fast engine)
+writes one greedy answer and ``--samples`` answers at ``--temperature`` per task, budget 1 (the
+Actor only); the planner solves each; a solved answer is graded F (the checker finds it equivalent
+to the reference) or D (solved, another task). The reference is read here only to give the domain
+and by the checker; the policy sees each task's training view, and the signals read only the
+English, the given domain and the samples (:mod:`omtr.faithfulness.signals`).
+
+Signals, per solved sample (higher: more likely faithful):
+
+* ``agreement``: its semantic cluster's share of the task's k samples (checker-equivalence between
+  generated specs; unsolved samples count against every cluster); ``agreement_solved``: the same
+  over the task's solved samples only;
+* ``invariants``: minus the number of the given domain's mutex groups (Fast Downward's invariant
+  synthesis) its initial state breaks; ``invariants_ok``: 1 when it breaks none, else 0;
+* ``reviewer``: (log p(statement | problem) - log p(statement)) per statement token, the backbone
+  with adapters off;
+* ``judge``: today's Judge (the untrained head), on the Judge's own prompt;
+* ``grounded``: the statement-vs-atoms F1 of :mod:`omtr.rl.grounding`.
+
+Reported per signal: the AUC between F and D samples (the paper's H.9 pool restricted to the solved
+samples; the interval a percentile bootstrap over tasks, samples travelling with their task), overall
+and per set; and the faithful success of picking one of the k by the signal (among the solved samples,
+ties shared) against greedy, a random solved sample and the oracle (any faithful sample), each with
+a bootstrap interval over tasks and the paired difference from a random solved sample. The JSON is
+rewritten after every task, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+GENERATED = ("blocksworld", "gripper")
+PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics")
+SIGNALS = ("agreement", "agreement_solved", "invariants", "invariants_ok", "reviewer", "judge", "grounded")
+log = logging.getLogger("omtr.signals")
+
+
+def build_tasks(args) -> list:
+    """Evaluation tasks (with references), domain given, each with ``set`` noted in ``meta``."""
+    import dataclasses
+
+    from omtr.tasks.generators import generate
+    from omtr.tasks.planbench import import_planbench
+    from omtr.tasks.planbench_data import shipped_root
+
+    tasks = []
+    for fam in [f for f in args.generated_families.split(",") if f] if args.generated > 0 else []:
+        for t in generate(fam, args.generated, args.seed, split="test", min_objects=2, max_objects=4, verify=False):
+            tasks.append(dataclasses.replace(t.with_given_domain(), id="gen-" + t.id,
+                                             meta={**t.meta, "set": f"generated/{fam}"}))
+    rng = random.Random(args.seed)
+    for fam in [f for f in args.planbench.split(",") if f] if args.per_family > 0 else []:
+        pool = import_planbench(shipped_root(), [fam])
+        for t in rng.sample(pool, min(args.per_family, len(pool))):
+            tasks.append(dataclasses.replace(t.with_given_domain(), meta={**t.meta, "set": f"planbench/{fam}"}))
+    return tasks
+
+
+def grade(task, step) -> str:
+    """F, D, or U (unsolved) for one budget-1 answer."""
+    from omtr.evaluation.run import faithfulness
+
+    if step is None or not step.verdict.success:
+        return "U"
+    rep = faithfulness(task, {"success": True, "domain": step.domain, "problem": step.problem,
+                              "plan": step.verdict.plan})
+    return "F" if rep.get("faithful") else "D"
+
+
+def task_signals(task, view, steps, grades, model, scorer) -> dict[str, list]:
+    """Every signal of each solved sample of one task (None for unsolved samples)."""
+    from omtr.faithfulness import signals as S
+    from omtr.inference import prompts as P
+    from omtr.rl.grounding import grounding_score
+
+    k = len(steps)
+    solved = [g != "U" for g in grades]
+    specs = [(s.domain, s.problem) if ok else None for s, ok in zip(steps, solved)]
+    t0 = time.perf_counter()
+    m = S.equivalence_matrix(specs)
+    t_eq = time.perf_counter() - t0
+    out: dict[str, list] = {n: [None] * k for n in SIGNALS}
+    out["agreement"] = S.agreement(m)
+    out["agreement"] = [a if ok else None for a, ok in zip(out["agreement"], solved)]
+    out["agreement_solved"] = S.agreement(m, over=solved)
+    idx = [i for i in range(k) if solved[i]]
+    for i in idx:
+        inv = S.invariant_score(view.domain, steps[i].problem)
+        out["invariants"][i] = inv
+        out["invariants_ok"][i] = None if inv is None else float(inv == 0)
+        out["grounded"][i] = grounding_score(view.nl, steps[i].problem)
+    t1 = time.perf_counter()
+    if idx:
+        judged = model.judge([P.judge_messages(view, P.spec_text(steps[i].domain, steps[i].problem, steps[i].text,
+                                                                 given=True)) for i in idx])
+        for i, s in zip(idx, judged):
+            out["judge"][i] = float(s)
+    t2 = time.perf_counter()
+    if idx and scorer is not None:
+        rev = S.reviewer_likelihoods(scorer, view.nl, [steps[i].problem if solved[i] else None for i in range(k)])
+        out["reviewer"] = rev
+    t3 = time.perf_counter()
+    out["_seconds"] = {"equivalence": round(t_eq, 2), "judge": round(t2 - t1, 2), "reviewer": round(t3 - t2, 2)}
+    return out
+
+
+def summarise(records: list[dict], args) -> dict:
+    from omtr.evaluation.metrics import Bootstrap, auc_rate
+    from omtr.faithfulness.signals import choose
+
+    n = len(records)
+    bs = Bootstrap(n, args.bootstrap, args.seed)
+    out: dict = {"tasks": n, "samples": sum(len(r["samples"]) for r in records)}
+    grades = [s["grade"] for r in records for s in r["samples"]]
+    out["grades"] = {g: grades.count(g) for g in "UDF"}
+    out["empty_plans_solved"] = sum(1 for r in records for s in r["samples"] if s["grade"] != "U" and s["empty_plan"])
+    sets = sorted({r["set"] for r in records})
+
+    def cands(sig: str, keep=lambda r: True):
+        c, missing = [], 0
+        for ti, r in enumerate(records):
+            if not keep(r):
+                continue
+            for s in r["samples"]:
+                if s["grade"] == "U":
+                    continue
+                v = s["signals"].get(sig)
+                if v is None:
+                    missing += 1
+                    continue
+                c.append((ti, float(v), s["grade"]))
+        return c, missing
+
+    auc: dict = {}
+    for sig in SIGNALS:
+        c, missing = cands(sig)
+        a = auc_rate(c, bs)
+        a["missing"] = missing
+        f = [v for _, v, g in c if g == "F"]
+        d = [v for _, v, g in c if g == "D"]
+        a["mean_f"] = round(float(np.mean(f)), 4) if f else None
+        a["mean_d"] = round(float(np.mean(d)), 4) if d else None
+        a["per_set"] = {}
+        for st in sets:
+            cs, _ = cands(sig, lambda r, st=st: r["set"] == st)
+            a["per_set"][st] = auc_rate(cs, bs)
+        auc[sig] = a
+    out["auc_f_vs_d"] = auc
+
+    def hits_of(pick) -> np.ndarray:
+        return np.array([pick(r) for r in records], dtype=float)
+
+    def is_f(r):
+        return [1.0 if s["grade"] == "F" else 0.0 for s in r["samples"]]
+
+    def solved(r):
+        return [s["grade"] != "U" for s in r["samples"]]
+
+    def random_solved(r):
+        ok = solved(r)
+        return sum(f for f, o in zip(is_f(r), ok) if o) / sum(ok) if any(ok) else 0.0
+
+    def by(sig):
+        def pick(r):
+            w = choose([s["signals"].get(sig) for s in r["samples"]], solved(r))
+            return sum(a * b for a, b in zip(w, is_f(r)))
+        return pick
+
+    base = {"greedy": hits_of(lambda r: float(r["greedy"] == "F")),
+            "random_solved": hits_of(random_solved),
+            "oracle_any_faithful": hits_of(lambda r: float(any(is_f(r)))),
+            "any_solved": hits_of(lambda r: float(any(solved(r))))}
+    sel: dict = {name: bs.rate(h) for name, h in base.items()}
+    rnd = base["random_solved"]
+    for sig in SIGNALS:
+        h = hits_of(by(sig))
+        d = {**bs.rate(h)}
+        diff = h - rnd
+        d["minus_random"] = round(float(diff.mean()), 4) if n else None
+        d["minus_random_ci"] = ([round(float(np.percentile(diff[bs.idx].mean(1), q)), 4) for q in (2.5, 97.5)]
+                                if bs.idx is not None else [None, None])
+        g = h - base["greedy"]
+        d["minus_greedy"] = round(float(g.mean()), 4) if n else None
+        d["minus_greedy_ci"] = ([round(float(np.percentile(g[bs.idx].mean(1), q)), 4) for q in (2.5, 97.5)]
+                                if bs.idx is not None else [None, None])
+        sel["by_" + sig] = d
+    out["faithful_success"] = sel
+    return out
+
+
+def table(summary: dict) -> str:
+    lines = [f"{summary['tasks']} tasks, {summary['samples']} samples: grades {summary['grades']}",
+             "", f"{'signal':<18}{'AUC F vs D':>12}  {'95% CI':<18}{'n_F':>5}{'n_D':>5}{'miss':>5}   "
+                 f"{'pick by signal':>15}  {'minus random [CI]':<24}"]
+    sel = summary["faithful_success"]
+    for sig, a in summary["auc_f_vs_d"].items():
+        ci = a["ci"]
+        s = sel["by_" + sig]
+        val = "-" if a["value"] is None else f"{a['value']:.3f}"
+        cis = "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+        rci = s["minus_random_ci"]
+        lines.append(f"{sig:<18}{val:>12}  {cis:<18}{a['n_f']:>5}{a['n_d']:>5}{a['missing']:>5}   "
+                     f"{s['value'] if s['value'] is not None else '-':>15}  {s['minus_random']:+.3f} "
+                     f"[{rci[0]:+.3f}, {rci[1]:+.3f}]")
+    lines.append("")
+    for name in ("greedy", "random_solved", "oracle_any_faithful", "any_solved"):
+        r = sel[name]
+        lines.append(f"{name:<20} faithful success {r['value']}  CI {r['ci']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--generated", type=int, default=8, help="generated tasks per family")
+    ap.add_argument("--generated-families", default=",".join(GENERATED))
+    ap.add_argument("--per-family", type=int, default=4, help="PlanBench tasks per family")
+    ap.add_argument("--planbench", default=",".join(PLANBENCH), help="PlanBench families (comma-separated)")
+    ap.add_argument("--samples", type=int, default=8, help="samples per task (k)")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-new-tokens", type=int, default=192)
+    ap.add_argument("--batch", type=int, default=16, help="generation batch")
+    ap.add_argument("--engine", default="fast")
+    ap.add_argument("--no-reviewer", action="store_true", help="skip the reviewer likelihood (the slowest signal)")
+    ap.add_argument("--seed", type=int, default=9301)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", required=True, help="JSON file (rewritten after every task)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from omtr.config import SolverConfig
+    from omtr.faithfulness.signals import BackboneScorer
+    from omtr.inference.episode import run_episodes
+    from omtr.inference.policy import Sampling
+    from omtr.model import load_model
+    from omtr.rollout import make_engine, prompt_group
+    from omtr.solver import SolverPool
+
+    t0 = time.time()
+    tasks = sorted(build_tasks(args), key=prompt_group)
+    views = [t.for_training() for t in tasks]  # what the policy sees: no reference
+    log.info("%d tasks: %s", len(tasks), {s: sum(t.meta["set"] == s for t in tasks) for s in
+                                          sorted({t.meta["set"] for t in tasks})})
+    model = load_model("small")
+    model.eval()
+    engine = make_engine(args.engine, model)
+    outp = Path(args.out)
+    outp.parent.mkdir(parents=True, exist_ok=True)
+    result: dict = {"settings": vars(args), "signals": list(SIGNALS), "seconds": {}, "records": []}
+
+    def save():
+        outp.write_text(json.dumps(result, indent=1) + "\n")
+
+    k = args.samples
+    with SolverPool(1, SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)) as pool:
+        t = time.time()
+        greedy = run_episodes(views, engine, pool, budget=1, judge=False, batch_size=args.batch,
+                              sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
+        result["seconds"]["greedy"] = round(time.time() - t, 1)
+        log.info("greedy: %.0f s", time.time() - t)
+        t = time.time()
+        reps = [v for v in views for _ in range(k)]
+        eps = run_episodes(reps, engine, pool, budget=1, judge=False, batch_size=args.batch,
+                           sampling=Sampling(greedy=False, temperature=args.temperature,
+                                             max_new_tokens=args.max_new_tokens, seed=args.seed))
+        result["seconds"]["samples"] = round(time.time() - t, 1)
+        log.info("%d samples: %.0f s", len(eps), time.time() - t)
+    scorer = None if args.no_reviewer else BackboneScorer(model, batch_size=k + 1)
+    t = time.time()
+    for ti, (task, view) in enumerate(zip(tasks, views)):
+        steps = [e.final for e in eps[ti * k:(ti + 1) * k]]
+        grades = [grade(task, s) for s in steps]
+        sig = task_signals(task, view, steps, grades, model, scorer)
+        secs = sig.pop("_seconds")
+        result["records"].append({
+            "id": task.id, "set": task.meta["set"], "greedy": grade(task, greedy[ti].final), "seconds": secs,
+            "samples": [{"grade": g, "empty_plan": bool(s is not None and s.verdict.success and not s.verdict.plan),
+                         "category": (None if s is None or s.verdict.success or s.verdict.category is None
+                                      else s.verdict.category.value),
+                         "signals": {n: (None if sig[n][i] is None or (isinstance(sig[n][i], float)
+                                                                        and math.isnan(sig[n][i]))
+                                         else round(float(sig[n][i]), 5)) for n in SIGNALS},
+                         "problem": s.problem if s is not None and g != "U" else None}
+                        for i, (g, s) in enumerate(zip(grades, steps))]})
+        result["seconds"]["signals"] = round(time.time() - t, 1)
+        result["seconds"]["total"] = round(time.time() - t0, 1)
+        result["summary"] = summarise(result["records"], args)
+        save()
+        log.info("task %d/%d %s: %s (greedy %s) %s", ti + 1, len(tasks), task.id, "".join(grades),
+                 result["records"][-1]["greedy"], secs)
+    print(table(result["summary"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""Annotation-free faithfulness signals: scores of a generated spec that read no reference.
+
+The checker (:mod:`omtr.faithfulness.checker`) says whether a solved spec is the task, but it needs
+the task's reference, so it may only grade. The signals here score a spec from what a policy has at
+training and inference time: the task's English, the given domain, the spec itself and the task's
+other samples. Higher always means "more likely faithful". They are measured against the checker by
+``benchmarks/faithfulness_signals.py`` (AUC between faithful and solved-but-unfaithful samples) before
+anything uses them.
+
+* :func:`agreement` (TTRL's majority vote, EMPO's semantic-cluster probability, MBR-exec): the share
+  of the task's samples whose spec is equivalent to this one, equivalence decided by the checker's own
+  machinery with one *generated* spec standing in the reference's place (:func:`equivalent`,
+  :func:`equivalence_matrix`).
+* :func:`broken_invariants` / :func:`invariant_score`: Fast Downward's translator synthesises mutex
+  invariants from the domain's actions alone ("at most one of handempty, holding ?x"); an initial
+  state with two atoms of one group is a state no plan of the domain reaches from a sound state.
+  The score is minus the number of violated groups.
+* :func:`reviewer_score` (Coder-Reviewer reranking): the backbone's log p(statement | problem) minus
+  log p(statement), per statement token. :class:`BackboneScorer` computes the log-probabilities with
+  the role model's backbone, adapters off; the arithmetic and the prompt are pure functions.
+* The Judge's score and the ``grounded`` F1 (:func:`omtr.rl.grounding.grounding_score`) are read
+  where they live; the benchmark scores them beside these.
+
+Nothing here takes a task record: every function takes texts (the English, a domain, problems), so a
+reference can only arrive if a caller passes one. ``tests/test_faithfulness_signals.py`` holds this
+module to the training side's import rule (no ``omtr.tasks`` but ``omtr.tasks.training``, no
+``omtr.evaluation``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import re
+from typing import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+STATEMENT_MARK = "[STATEMENT]"
+# Coder-Reviewer's reversed prompt: the program first, then the instruction it should come from.
+REVIEWER_HEAD = "PDDL problem:\n"
+REVIEWER_ASK = "\n\nThe same planning problem, described in English:\n"
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+def equivalent(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether two generated specs ``(domain, problem)`` state the same task: the checker's
+    comparison (mapping, objects, initial state, goals by the states they accept, action schemas)
+    with ``a`` in the reference's place. Specs equal up to layout, comments and case are equivalent
+    without a mapping search. Never raises: a spec the checker cannot read is equivalent to nothing."""
+    from omtr.faithfulness.checker import check
+    from omtr.solver.cache import normalise
+
+    if any(x is None for x in (*a, *b)):
+        return False
+    if all(normalise(x) == normalise(y) for x, y in zip(a, b)):
+        return True
+    return bool(check(a, b).faithful)
+
+
+def equivalence_matrix(specs: Sequence[tuple[str, str] | None],
+                       eq: Callable[[tuple[str, str], tuple[str, str]], bool] = equivalent) -> list[list[bool]]:
+    """``m[i][j]``: samples i and j are equivalent (a ``None`` spec, e.g. an unsolved sample, is
+    equivalent to nothing, itself included). Each unordered pair is compared once, the earlier
+    sample in the reference's place; the matrix is symmetric and its diagonal true for every spec."""
+    n = len(specs)
+    m = [[False] * n for _ in range(n)]
+    for i in range(n):
+        if specs[i] is None:
+            continue
+        m[i][i] = True
+        for j in range(i + 1, n):
+            if specs[j] is not None and eq(specs[i], specs[j]):
+                m[i][j] = m[j][i] = True
+    return m
+
+
+def agreement(matrix: Sequence[Sequence[bool]], *, over: Sequence[bool] | None = None) -> list[float | None]:
+    """Per sample, the share of the task's samples equivalent to it, itself included (its semantic
+    cluster's size over the pool). ``over`` marks the samples that make the pool (default: all);
+    a sample outside the pool gets None. With every sample in the pool this is the cluster's share
+    of the k samples drawn (unsolved ones count against every cluster)."""
+    n = len(matrix)
+    pool = [True] * n if over is None else list(over)
+    size = sum(pool)
+    out: list[float | None] = []
+    for i in range(n):
+        if not pool[i] or not matrix[i][i]:
+            out.append(None)
+            continue
+        out.append(sum(1 for j in range(n) if pool[j] and matrix[i][j]) / size)
+    return out
+
+
+# ----------------------------------------------------------------------------- invariants
+
+
+_INVARIANTS: dict[str, tuple] = {}
+_DOMAIN_NAME = re.compile(r"\(\s*domain\s+([^\s()]+)", re.IGNORECASE)
+
+
+def domain_invariants(domain: str) -> tuple:
+    """Fast Downward's mutex invariants of ``domain``, from its actions alone: one tuple per
+    invariant of its parts ``(predicate, args, omitted_position)``, ``args`` holding the
+    invariant's parameter numbers and -1 at the counted position. Empty when the translator cannot
+    read the domain. Cached per domain text (the translator keeps global state: one at a time)."""
+    hit = _INVARIANTS.get(domain)
+    if hit is not None:
+        return hit
+    from omtr.faithfulness.goals import _synthesise_invariants
+
+    m = _DOMAIN_NAME.search(domain or "")
+    if not m:
+        return ()
+    # The translator parses a task: a problem with no objects and an empty goal stands in, so the
+    # invariants never depend on (or fail with) the problem being scored.
+    stub = f"(define (problem signals-stub) (:domain {m.group(1)}) (:init) (:goal (and)))"
+    with contextlib.redirect_stdout(io.StringIO()):
+        hit = _synthesise_invariants(domain, stub)
+    if len(_INVARIANTS) > 64:
+        _INVARIANTS.clear()
+    _INVARIANTS[domain] = hit
+    return hit
+
+
+def violated_groups(invariants: Sequence, init: Sequence[Sequence[str]]) -> list[tuple[int, tuple, list[tuple]]]:
+    """The mutex groups with more than one true atom in ``init`` (atoms as ``(pred, arg, ...)``):
+    ``(invariant index, the group's parameters, its true atoms)`` each. A group is an invariant with
+    its parameters bound (``{clear x, holding x, on ? x}`` for one block x), as Fast Downward's
+    ``useful_groups`` forms them from the initial state; duplicate atoms count once."""
+    atoms = sorted({tuple(str(x).lower() for x in a) for a in init if len(a) >= 1})
+    out = []
+    for k, parts in enumerate(invariants):
+        groups: dict[tuple, list[tuple]] = {}
+        for atom in atoms:
+            pred, args = atom[0], atom[1:]
+            for ppred, pargs, omitted in parts:
+                if ppred != pred or len(pargs) != len(args):
+                    continue
+                params: dict[int, str] = {}
+                ok = True
+                for pos, (v, a) in enumerate(zip(pargs, args)):
+                    if pos == omitted or v == -1:
+                        continue
+                    if params.setdefault(v, a) != a:
+                        ok = False
+                if ok:
+                    groups.setdefault(tuple(sorted(params.items())), []).append(atom)
+        for key, members in sorted(groups.items()):
+            if len(members) > 1:
+                out.append((k, key, members))
+    return out
+
+
+def broken_invariants(domain: str, problem: str | None) -> int | None:
+    """How many of ``domain``'s mutex groups the problem's initial state breaks (two or more true
+    atoms: the hand empty and holding a block; one block held and on another). None when the
+    problem does not parse or the domain yields no invariants."""
+    invs = domain_invariants(domain)
+    if not invs or not problem:
+        return None
+    from omtr.spec.model import SpecError, parse_problem
+
+    try:
+        prob = parse_problem(problem)
+    except (SpecError, RecursionError):
+        return None
+    return len(violated_groups(invs, [list(a) for a in prob.init]))
+
+
+def invariant_score(domain: str, problem: str | None) -> float | None:
+    """Minus :func:`broken_invariants` (higher is better: 0 for an initial state that breaks none)."""
+    n = broken_invariants(domain, problem)
+    return None if n is None else -float(n)
+
+
+# ----------------------------------------------------------------------------- reviewer likelihood
+
+
+def statement_of(nl: str) -> str:
+    """The task's own statement: the text after its last ``[STATEMENT]`` line (all of it when there
+    is none); the domain's description before it is the same for every task of a family."""
+    at = nl.rfind(STATEMENT_MARK)
+    return (nl[at + len(STATEMENT_MARK):] if at >= 0 else nl).strip()
+
+
+def reviewer_context(problem: str | None) -> str:
+    """The text the statement is scored after: the problem, then the request to describe it
+    (``None``: the same request with no problem, for log p(statement) alone)."""
+    return f"{REVIEWER_HEAD}{(problem or '').strip()}{REVIEWER_ASK}"
+
+
+def reviewer_score(cond_logp: float, prior_logp: float, n_tokens: int) -> float | None:
+    """(log p(statement | problem) - log p(statement)) / statement tokens: the nats per token the
+    problem explains of the statement. None without tokens."""
+    if n_tokens <= 0 or not all(map(math.isfinite, (cond_logp, prior_logp))):
+        return None
+    return (cond_logp - prior_logp) / n_tokens
+
+
+class BackboneScorer:
+    """Sums of token log-probabilities under a role model's backbone with its adapters off (no role
+    vectors: the plain causal LM), in batches, no gradients.
+
+    ``logprobs(contexts, continuation)`` -> ``[(sum log p(continuation | context), tokens), ...]``.
+    Context and continuation are tokenised apart and joined, so every context scores the very same
+    continuation tokens."""
+
+    def __init__(self, model, *, batch_size: int = 8, max_context_tokens: int = 1024):
+        self.model, self.batch_size, self.max_context = model, batch_size, max_context_tokens
+        self.tokenizer = model.tokenizer
+
+    def _lm_context(self):
+        lm = getattr(self.model, "lm", None)
+        return lm.disable_adapter() if hasattr(lm, "disable_adapter") else contextlib.nullcontext()
+
+    def _net(self):
+        return getattr(self.model, "base_model", None) or self.model
+
+    def logprobs(self, contexts: Sequence[str], continuation: str) -> list[tuple[float, int]]:
+        import torch
+
+        tok = self.tokenizer
+        cont = tok(continuation, add_special_tokens=False)["input_ids"]
+        if not cont:
+            return [(0.0, 0)] * len(contexts)
+        ctxs = [tok(c, add_special_tokens=False)["input_ids"][-self.max_context:] for c in contexts]
+        bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+        out: list[tuple[float, int]] = []
+        dev = next(self._net().parameters()).device
+        with torch.no_grad(), self._lm_context():
+            for s in range(0, len(ctxs), self.batch_size):
+                chunk = [bos + c + cont for c in ctxs[s:s + self.batch_size]]
+                T = max(len(x) for x in chunk)
+                pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+                ids = torch.full((len(chunk), T), pad, dtype=torch.long)
+                mask = torch.zeros((len(chunk), T), dtype=torch.long)
+                for i, x in enumerate(chunk):  # right padding: the continuation ends each row's tokens
+                    ids[i, :len(x)] = torch.tensor(x)
+                    mask[i, :len(x)] = 1
+                logits = self._net()(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.float()
+                logp = torch.log_softmax(logits[:, :-1], dim=-1)
+                for i, x in enumerate(chunk):
+                    start = len(x) - len(cont)
+                    tgt = torch.tensor(cont, device=dev)
+                    rows = logp[i, start - 1:len(x) - 1]
+                    out.append((float(rows.gather(-1, tgt.unsqueeze(-1)).sum()), len(cont)))
+        return out
+
+
+def reviewer_likelihoods(scorer, nl: str, problems: Sequence[str | None]) -> list[float | None]:
+    """:func:`reviewer_score` of each problem for the task ``nl``: one log p(statement) alone, one
+    log p(statement | problem) per problem (``None`` problems score None). ``scorer`` has
+    :meth:`BackboneScorer.logprobs`."""
+    statement = statement_of(nl)
+    idx = [i for i, p in enumerate(problems) if p]
+    if not statement or not idx:
+        return [None] * len(problems)
+    res = scorer.logprobs([reviewer_context(None)] + [reviewer_context(problems[i]) for i in idx], statement)
+    prior, n = res[0]
+    out: list[float | None] = [None] * len(problems)
+    for i, (lp, k) in zip(idx, res[1:]):
+        out[i] = reviewer_score(lp, prior, k)
+    return out
+
+
+# ----------------------------------------------------------------------------- choosing by a signal
+
+
+def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[float]:
+    """Selection weights over a task's samples: uniform over the eligible samples with the highest
+    score (ties share; a None score ranks below any number); all zero when none is eligible. The
+    expected outcome of picking by the signal is ``sum(w * outcome)``."""
+    cand = [i for i, e in enumerate(eligible) if e]
+    if not cand:
+        return [0.0] * len(scores)
+    key = [(-math.inf if scores[i] is None else float(scores[i])) for i in cand]
+    best = max(key)
+    top = [i for i, k in zip(cand, key) if k == best]
+    w = [0.0] * len(scores)
+    for i in top:
+        w[i] = 1.0 / len(top)
+    return w
+
+
+__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "domain_invariants", "equivalence_matrix",
+           "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
+           "statement_of", "violated_groups"]

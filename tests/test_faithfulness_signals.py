@@ -1,0 +1,205 @@
+"""Annotation-free faithfulness signals (omtr.faithfulness.signals): each a pure function of texts.
+
+Generated tasks give real domains and problems; their references are read here only to build test
+inputs (a sample equal to the reference, one with a changed goal, one holding a block with the hand
+empty). The last tests hold the module to the training side's rule: it can reach no reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from omtr.faithfulness import signals as S
+from omtr.tasks.generators import generate
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "omtr"
+
+
+@pytest.fixture(scope="module")
+def bw():
+    return generate("blocksworld", 1, 9301, split="test", min_objects=3, max_objects=3, verify=False)[0]
+
+
+def _with_init(problem: str, extra: str) -> str:
+    return problem.replace("(:init", "(:init " + extra, 1)
+
+
+def _goal_of(problem: str) -> str:
+    return problem[problem.index("(:goal"):]
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+def test_equivalent_specs_by_layout_names_and_goal_order(bw):
+    d, p = bw.reference.domain, bw.reference.problem
+    assert S.equivalent((d, p), (d, p))
+    assert S.equivalent((d, p), (d, "  " + p.upper().replace("\n", " ")))  # layout and case
+    renamed = re.sub(r"\b([abc])\b", lambda m: "blk_" + m.group(1), p.split("(:objects")[1])
+    assert S.equivalent((d, p), (d, p.split("(:objects")[0] + "(:objects" + renamed))  # other object names
+    assert not S.equivalent((d, p), (d, p.replace(_goal_of(p), "(:goal (and (holding a))))")))
+    assert not S.equivalent((d, p), (d, None))
+
+
+def test_equivalence_matrix_and_agreement():
+    calls = []
+
+    def eq(a, b):
+        calls.append((a, b))
+        return a[1][0] == b[1][0]  # the problem's first letter is its cluster
+
+    specs = [("d", "x1"), ("d", "y1"), None, ("d", "x2"), ("d", "x3"), None, ("d", "y2"), ("d", "z")]
+    m = S.equivalence_matrix(specs, eq)
+    assert len(calls) == 15  # 6 specs: each unordered pair once
+    assert all(m[i][j] == m[j][i] for i in range(8) for j in range(8))
+    assert not m[2][2] and m[0][0]
+    a = S.agreement(m)
+    assert a == [3 / 8, 2 / 8, None, 3 / 8, 3 / 8, None, 2 / 8, 1 / 8]
+    solved = [s is not None for s in specs]
+    assert S.agreement(m, over=solved) == [3 / 6, 2 / 6, None, 3 / 6, 3 / 6, None, 2 / 6, 1 / 6]
+    assert S.agreement([]) == []
+
+
+def test_agreement_on_real_specs_counts_the_equivalent_ones(bw):
+    d, p = bw.reference.domain, bw.reference.problem
+    other = p.replace(_goal_of(p), "(:goal (and (holding a))))")
+    specs = [(d, p), (d, other), (d, " " + p), None]
+    assert S.agreement(S.equivalence_matrix(specs)) == [0.5, 0.25, 0.5, None]
+
+
+# ----------------------------------------------------------------------------- invariants
+
+
+def test_blocksworld_invariants_come_from_the_actions(bw):
+    invs = S.domain_invariants(bw.reference.domain)
+    parts = {frozenset(p for p, _, _ in inv) for inv in invs}
+    assert frozenset({"handempty", "holding"}) in parts
+    assert S.domain_invariants(bw.reference.domain) is invs  # cached per domain
+    assert S.domain_invariants("(not a domain") == ()
+
+
+def test_the_reference_breaks_no_invariant_the_hack_does(bw):
+    d, p = bw.reference.domain, bw.reference.problem
+    assert S.broken_invariants(d, p) == 0 and S.invariant_score(d, p) == 0.0
+    # the issue's hack: holding a block beside the empty hand
+    blocks = re.search(r"\(:objects([^)]*)\)", p).group(1).split()
+    x, y = blocks[0], blocks[1]
+    one = _with_init(p, f"(holding {x})")
+    assert S.broken_invariants(d, one) >= 1
+    two = _with_init(p, f"(holding {x}) (holding {y})")
+    assert S.broken_invariants(d, two) > S.broken_invariants(d, one)
+    assert S.invariant_score(d, two) == -S.broken_invariants(d, two)
+    assert S.broken_invariants(d, "(define (problem") is None
+    assert S.broken_invariants(d, None) is None
+
+
+def test_violated_groups_bind_parameters_and_ignore_duplicates():
+    invs = ((("handempty", (), None), ("holding", (-1,), 0)),
+            (("clear", (0,), None), ("holding", (0,), None), ("on", (-1, 0), 0)))
+    assert S.violated_groups(invs, [["handempty"], ["clear", "a"], ["on", "a", "b"], ["ontable", "b"]]) == []
+    v = S.violated_groups(invs, [["HandEmpty"], ["holding", "a"], ["holding", "a"], ["on", "c", "b"], ["on", "d", "b"]])
+    assert [(k, key) for k, key, _ in v] == [(0, ()), (1, ((0, "b"),))]
+    assert v[0][2] == [("handempty",), ("holding", "a")]
+
+
+def test_gripper_invariants_catch_a_ball_in_two_places():
+    t = generate("gripper", 1, 9301, split="test", min_objects=2, max_objects=2, verify=False)[0]
+    d, p = t.reference.domain, t.reference.problem
+    assert S.broken_invariants(d, p) == 0
+    assert S.broken_invariants(d, _with_init(p, "(at-robby room9) (at ball1 room9)")) >= 2
+
+
+# ----------------------------------------------------------------------------- reviewer
+
+
+class FakeScorer:
+    """log p(continuation | context): -1 per token, +0.5 per token the context also holds."""
+
+    def __init__(self):
+        self.calls = []
+
+    def logprobs(self, contexts, continuation):
+        self.calls.append((list(contexts), continuation))
+        words = continuation.split()
+        return [(sum(-1.0 + (0.5 if w in c.split() else 0.0) for w in words), len(words)) for c in contexts]
+
+
+def test_statement_and_reviewer_prompt():
+    nl = "A domain.\n[STATEMENT]\nold\n[STATEMENT]\nAs initial conditions I have that, a is clear."
+    assert S.statement_of(nl) == "As initial conditions I have that, a is clear."
+    assert S.statement_of("no mark here") == "no mark here"
+    assert S.reviewer_context("(define (problem p))").startswith(S.REVIEWER_HEAD + "(define (problem p))")
+    assert S.reviewer_context(None) == S.REVIEWER_HEAD + S.REVIEWER_ASK
+
+
+def test_reviewer_score_is_per_token_gain_over_the_statement_alone():
+    assert S.reviewer_score(-10.0, -14.0, 4) == 1.0
+    assert S.reviewer_score(-1.0, -1.0, 0) is None
+    assert S.reviewer_score(-math.inf, -1.0, 3) is None
+    nl = "Blocks.\n[STATEMENT]\nred on blue"
+    fake = FakeScorer()
+    out = S.reviewer_likelihoods(fake, nl, ["(on red blue)", None, "(on red blue) red on blue"])
+    assert out[1] is None and out[2] > out[0] >= 0.0
+    assert len(fake.calls) == 1 and len(fake.calls[0][0]) == 3  # one prior, one per problem
+    assert S.reviewer_likelihoods(fake, nl, [None, None]) == [None, None]
+
+
+def test_backbone_scorer_on_micro_matches_a_plain_forward():
+    torch = pytest.importorskip("torch")
+    from omtr.model import build_model
+
+    torch.manual_seed(0)
+    m = build_model("micro")
+    m.eval()
+    sc = S.BackboneScorer(m, batch_size=2)
+    res = sc.logprobs(["short", "a much longer context here", "mid one"], " the end")
+    tok = m.tokenizer
+    cont = tok(" the end", add_special_tokens=False)["input_ids"]
+    assert all(n == len(cont) for _, n in res)
+    # the same number from an unbatched, unpadded forward
+    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+    ids = bos + tok("a much longer context here", add_special_tokens=False)["input_ids"] + cont
+    with torch.no_grad(), m.lm.disable_adapter():
+        lp = torch.log_softmax(m.base_model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+    want = sum(float(lp[len(ids) - len(cont) - 1 + j, t]) for j, t in enumerate(cont))
+    assert res[1][0] == pytest.approx(want, abs=1e-3)
+    assert all(v < 0 for v, _ in res)
+
+
+# ----------------------------------------------------------------------------- choosing
+
+
+def test_choose_takes_the_best_eligible_and_shares_ties():
+    assert S.choose([0.2, 0.9, 0.9, 0.5], [True, True, True, True]) == [0.0, 0.5, 0.5, 0.0]
+    assert S.choose([0.2, 0.9, None, 0.5], [True, False, True, True]) == [0.0, 0.0, 0.0, 1.0]
+    assert S.choose([None, None], [True, True]) == [0.5, 0.5]
+    assert S.choose([1.0, 2.0], [False, False]) == [0.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- no reference
+
+
+def test_signals_module_cannot_reach_a_reference():
+    """The training side's import rule (tests/test_tasks_records.py) holds here too: no omtr.tasks
+    but omtr.tasks.training, no evaluation package; and no function takes a task or a reference."""
+    tree = ast.parse((SRC / "faithfulness" / "signals.py").read_text(encoding="utf-8"))
+    mods = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            mods.append(node.module)
+        elif isinstance(node, ast.Import):
+            mods.extend(a.name for a in node.names)
+    bad = [m for m in mods if (m.startswith("omtr.tasks") and m != "omtr.tasks.training")
+           or m.startswith("omtr.evaluation")]
+    assert not bad, bad
+    for name in S.__all__:
+        obj = getattr(S, name)
+        fn = obj.__init__ if inspect.isclass(obj) else obj
+        params = set(inspect.signature(fn).parameters)
+        assert not params & {"task", "reference", "ref", "task_reference"}, (name, params)
