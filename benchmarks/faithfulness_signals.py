@@ -73,6 +73,19 @@ def build_tasks(args) -> list:
     return tasks
 
 
+def interleave(tasks: list) -> list:
+    """Round-robin over the sets, so that a run cut short by ``--minutes`` keeps every set."""
+    by: dict[str, list] = {}
+    for t in tasks:
+        by.setdefault(t.meta["set"], []).append(t)
+    out, queues = [], list(by.values())
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
 def grade(task, step) -> str:
     """F, D, or U (unsolved) for one budget-1 answer."""
     from omtr.evaluation.run import faithfulness
@@ -119,6 +132,19 @@ def task_signals(task, view, steps, grades, model, scorer) -> dict[str, list]:
     t3 = time.perf_counter()
     out["_seconds"] = {"equivalence": round(t_eq, 2), "judge": round(t2 - t1, 2), "reviewer": round(t3 - t2, 2)}
     return out
+
+
+def record(task, greedy_step, steps, grades, sig, secs) -> dict:
+    def val(x):
+        return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 5)
+
+    return {"id": task.id, "set": task.meta["set"], "greedy": grade(task, greedy_step), "seconds": secs,
+            "samples": [{"grade": g, "empty_plan": bool(s is not None and s.verdict.success and not s.verdict.plan),
+                         "category": (None if s is None or s.verdict.success or s.verdict.category is None
+                                      else s.verdict.category.value),
+                         "signals": {n: val(sig[n][i]) for n in SIGNALS},
+                         "problem": s.problem if s is not None and g != "U" else None}
+                        for i, (g, s) in enumerate(zip(grades, steps))]}
 
 
 def summarise(records: list[dict], args) -> dict:
@@ -237,6 +263,10 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--batch", type=int, default=16, help="generation batch")
     ap.add_argument("--engine", default="fast")
+    ap.add_argument("--model", default="small", help="model profile or directory (micro: a smoke test of the code)")
+    ap.add_argument("--chunk", type=int, default=4, help="tasks generated, graded and scored together")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="start no new chunk after this many minutes (0: no limit); the JSON says how many ran")
     ap.add_argument("--no-reviewer", action="store_true", help="skip the reviewer likelihood (the slowest signal)")
     ap.add_argument("--seed", type=int, default=9301)
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -253,15 +283,15 @@ def main() -> None:
     from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
     from omtr.model import load_model
-    from omtr.rollout import make_engine, prompt_group
+    from omtr.rollout import make_engine
     from omtr.solver import SolverPool
 
     t0 = time.time()
-    tasks = sorted(build_tasks(args), key=prompt_group)
+    tasks = interleave(build_tasks(args))
     views = [t.for_training() for t in tasks]  # what the policy sees: no reference
     log.info("%d tasks: %s", len(tasks), {s: sum(t.meta["set"] == s for t in tasks) for s in
                                           sorted({t.meta["set"] for t in tasks})})
-    model = load_model("small")
+    model = load_model(args.model)
     model.eval()
     engine = make_engine(args.engine, model)
     outp = Path(args.out)
@@ -272,42 +302,39 @@ def main() -> None:
         outp.write_text(json.dumps(result, indent=1) + "\n")
 
     k = args.samples
-    with SolverPool(1, SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)) as pool:
-        t = time.time()
-        greedy = run_episodes(views, engine, pool, budget=1, judge=False, batch_size=args.batch,
-                              sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
-        result["seconds"]["greedy"] = round(time.time() - t, 1)
-        log.info("greedy: %.0f s", time.time() - t)
-        t = time.time()
-        reps = [v for v in views for _ in range(k)]
-        eps = run_episodes(reps, engine, pool, budget=1, judge=False, batch_size=args.batch,
-                           sampling=Sampling(greedy=False, temperature=args.temperature,
-                                             max_new_tokens=args.max_new_tokens, seed=args.seed))
-        result["seconds"]["samples"] = round(time.time() - t, 1)
-        log.info("%d samples: %.0f s", len(eps), time.time() - t)
     scorer = None if args.no_reviewer else BackboneScorer(model, batch_size=k + 1)
-    t = time.time()
-    for ti, (task, view) in enumerate(zip(tasks, views)):
-        steps = [e.final for e in eps[ti * k:(ti + 1) * k]]
-        grades = [grade(task, s) for s in steps]
-        sig = task_signals(task, view, steps, grades, model, scorer)
-        secs = sig.pop("_seconds")
-        result["records"].append({
-            "id": task.id, "set": task.meta["set"], "greedy": grade(task, greedy[ti].final), "seconds": secs,
-            "samples": [{"grade": g, "empty_plan": bool(s is not None and s.verdict.success and not s.verdict.plan),
-                         "category": (None if s is None or s.verdict.success or s.verdict.category is None
-                                      else s.verdict.category.value),
-                         "signals": {n: (None if sig[n][i] is None or (isinstance(sig[n][i], float)
-                                                                        and math.isnan(sig[n][i]))
-                                         else round(float(sig[n][i]), 5)) for n in SIGNALS},
-                         "problem": s.problem if s is not None and g != "U" else None}
-                        for i, (g, s) in enumerate(zip(grades, steps))]})
-        result["seconds"]["signals"] = round(time.time() - t, 1)
-        result["seconds"]["total"] = round(time.time() - t0, 1)
-        result["summary"] = summarise(result["records"], args)
-        save()
-        log.info("task %d/%d %s: %s (greedy %s) %s", ti + 1, len(tasks), task.id, "".join(grades),
-                 result["records"][-1]["greedy"], secs)
+    greedy_s = samples_s = signals_s = 0.0
+    with SolverPool(1, SolverConfig(time_limit_s=20.0, memory_limit_mb=2048)) as pool:
+        for c0 in range(0, len(tasks), args.chunk):
+            if args.minutes and time.time() - t0 > 60 * args.minutes:
+                log.info("time budget of %.0f minutes spent: %d of %d tasks measured", args.minutes, c0, len(tasks))
+                result["stopped_early"] = {"measured": c0, "planned": len(tasks)}
+                break
+            ctasks, cviews = tasks[c0:c0 + args.chunk], views[c0:c0 + args.chunk]
+            t = time.time()
+            greedy = run_episodes(cviews, engine, pool, budget=1, judge=False, batch_size=args.batch,
+                                  sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens))
+            greedy_s += time.time() - t
+            t = time.time()
+            eps = run_episodes([v for v in cviews for _ in range(k)], engine, pool, budget=1, judge=False,
+                               batch_size=args.batch,
+                               sampling=Sampling(greedy=False, temperature=args.temperature,
+                                                 max_new_tokens=args.max_new_tokens, seed=args.seed + c0))
+            samples_s += time.time() - t
+            t = time.time()
+            for ti, (task, view) in enumerate(zip(ctasks, cviews)):
+                steps = [e.final for e in eps[ti * k:(ti + 1) * k]]
+                grades = [grade(task, s) for s in steps]
+                sig = task_signals(task, view, steps, grades, model, scorer)
+                secs = sig.pop("_seconds")
+                result["records"].append(record(task, greedy[ti].final, steps, grades, sig, secs))
+                log.info("task %d/%d %s: %s (greedy %s) %s", c0 + ti + 1, len(tasks), task.id, "".join(grades),
+                         result["records"][-1]["greedy"], secs)
+            signals_s += time.time() - t
+            result["seconds"] = {"greedy": round(greedy_s, 1), "samples": round(samples_s, 1),
+                                 "signals": round(signals_s, 1), "total": round(time.time() - t0, 1)}
+            result["summary"] = summarise(result["records"], args)
+            save()
     print(table(result["summary"]))
 
 

@@ -175,7 +175,7 @@ def broken_invariants(domain: str, problem: str | None) -> int | None:
 def invariant_score(domain: str, problem: str | None) -> float | None:
     """Minus :func:`broken_invariants` (higher is better: 0 for an initial state that breaks none)."""
     n = broken_invariants(domain, problem)
-    return None if n is None else -float(n)
+    return None if n is None else float(-n)
 
 
 # ----------------------------------------------------------------------------- reviewer likelihood
