@@ -49,7 +49,22 @@ import numpy as np
 GENERATED = ("blocksworld", "gripper")
 PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics")
 SIGNALS = ("agreement", "agreement_solved", "invariants", "invariants_ok", "reviewer", "judge", "grounded")
+# Combinations computed from the stored signals (no new measurement): the invariant check as a gate,
+# then agreement (or the reviewer) to rank what passes it.
+COMBOS = {
+    "invariants_ok+agreement": ("invariants_ok", "agreement"),
+    "invariants_ok+reviewer": ("invariants_ok", "reviewer"),
+}
 log = logging.getLogger("omtr.signals")
+
+
+def combined(signals: dict) -> dict:
+    """The COMBOS of one sample: the gate (0/1) plus the second signal squashed into [0, 1)."""
+    out = {}
+    for name, (gate, rank) in COMBOS.items():
+        g, r = signals.get(gate), signals.get(rank)
+        out[name] = None if g is None or r is None else g + 0.5 + math.atan(r) / math.pi * 0.999
+    return out
 
 
 def build_tasks(args) -> list:
@@ -174,8 +189,12 @@ def summarise(records: list[dict], args) -> dict:
                 c.append((ti, float(v), s["grade"]))
         return c, missing
 
+    for r in records:
+        for smp in r["samples"]:
+            smp["signals"].update(combined(smp["signals"]))
+    names = list(SIGNALS) + list(COMBOS)
     auc: dict = {}
-    for sig in SIGNALS:
+    for sig in names:
         c, missing = cands(sig)
         a = auc_rate(c, bs)
         a["missing"] = missing
@@ -215,7 +234,7 @@ def summarise(records: list[dict], args) -> dict:
             "any_solved": hits_of(lambda r: float(any(solved(r))))}
     sel: dict = {name: bs.rate(h) for name, h in base.items()}
     rnd = base["random_solved"]
-    for sig in SIGNALS:
+    for sig in names:
         h = hits_of(by(sig))
         d = {**bs.rate(h)}
         diff = h - rnd
@@ -233,7 +252,7 @@ def summarise(records: list[dict], args) -> dict:
 
 def table(summary: dict) -> str:
     lines = [f"{summary['tasks']} tasks, {summary['samples']} samples: grades {summary['grades']}",
-             "", f"{'signal':<18}{'AUC F vs D':>12}  {'95% CI':<18}{'n_F':>5}{'n_D':>5}{'miss':>5}   "
+             "", f"{'signal':<26}{'AUC F vs D':>12}  {'95% CI':<18}{'n_F':>5}{'n_D':>5}{'miss':>5}   "
                  f"{'pick by signal':>15}  {'minus random [CI]':<24}"]
     sel = summary["faithful_success"]
     for sig, a in summary["auc_f_vs_d"].items():
@@ -242,7 +261,7 @@ def table(summary: dict) -> str:
         val = "-" if a["value"] is None else f"{a['value']:.3f}"
         cis = "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
         rci = s["minus_random_ci"]
-        lines.append(f"{sig:<18}{val:>12}  {cis:<18}{a['n_f']:>5}{a['n_d']:>5}{a['missing']:>5}   "
+        lines.append(f"{sig:<26}{val:>12}  {cis:<18}{a['n_f']:>5}{a['n_d']:>5}{a['missing']:>5}   "
                      f"{s['value'] if s['value'] is not None else '-':>15}  {s['minus_random']:+.3f} "
                      f"[{rci[0]:+.3f}, {rci[1]:+.3f}]")
     lines.append("")
@@ -272,8 +291,16 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="JSON file (rewritten after every task)")
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="recompute the summary of --out's records (no model, no planner) and print the table")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.summarise_only:
+        result = json.loads(Path(args.out).read_text())
+        result["summary"] = summarise(result["records"], args)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(table(result["summary"]))
+        return
 
     import torch
 
