@@ -92,6 +92,7 @@ class Episode:
     steps: list[Step] = field(default_factory=list)
     wall_ms: float = 0.0
     rules: str = ""  # the decoding rules its answers ran under (omtr.model.scope_check.rules_label)
+    reading: str = ""  # what the statement's reading made of the English, and why a rule stood aside
 
     @property
     def done(self) -> bool:
@@ -136,6 +137,7 @@ class Episode:
             "final_category": final.verdict.category.value if final and final.verdict.category else None,
             "domain": final.domain if final else None, "problem": final.problem if final else None,
             "plan": final.verdict.plan if final else [], "wall_ms": round(self.wall_ms, 3), "rules": self.rules,
+            "reading": self.reading,
             "steps": [s.to_json(tokens=tokens) for s in self.steps],
         }
 
@@ -191,6 +193,7 @@ def run_episodes(
     episodes = [Episode(_training_view(t), budget) for t in tasks]
     for ep in episodes:
         ep.rules = decoding_rules(policy, ep.task.nl)
+        ep.reading = read_statement(ep.task.nl).why
     runner = _Runner(episodes, policy, env, sampling, batch_size, judge, on_episode)
     runner.run()
     return episodes
