@@ -240,7 +240,7 @@ def test_random_walks_on_planbench_text_never_dead_end(config):
     assert names.facts is not None
     static = set(given.predicates) - set(given.fluents)
     finished = 0
-    for seed in range(6):
+    for seed in range(12):
         text, done, st = walk(g, seed, given=given, objects=names, max_steps=4000)
         assert not st.scope_left and st.fallbacks == 0, text
         if not done:
@@ -256,4 +256,4 @@ def test_random_walks_on_planbench_text_never_dead_end(config):
             extra = [a for a in atoms if str(a[0]) not in static and any(_norm(str(x)) in nm for x in a[1:])
                      and tuple(_norm(str(x)) for x in a[1:]) not in want]
             assert not extra, text  # beyond the clauses, static facts only
-    assert finished >= 3
+    assert finished >= 6

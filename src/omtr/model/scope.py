@@ -243,6 +243,7 @@ class ScopeTracker:
         self.fact_left = {"init": tuple(facts[0]), "goal": tuple(facts[1])} if facts else None
         free = getattr(objects, "nameless", (0, 0)) if facts else (0, 0)
         self.fact_free = {"init": free[0], "goal": free[1]}  # atoms over none of the names still allowed
+        self.static_extra: frozenset = frozenset()  # objects with a static fact beyond the clauses
         self.part_limit = {"init": L.init, "goal": L.goal}
         self._tq: _Types | None = None
         self._cands: dict = {}
@@ -599,7 +600,7 @@ class ScopeTracker:
         over none of the statement's names (``(handempty)``, ``(free left)``) while the part has a
         clause without names for it, or one whose arguments name, in order, the names of a clause
         of the part no atom stands for yet?"""
-        if ctx == "init" and self._static(pred) and self._static_room(conj):
+        if ctx == "init" and self._static_extra(pred, prefix, conj):
             return True  # a static fact the English may leave out (PlanBench's (truck t0), (obj p0))
         cands = self._candidates(ctx, pred)
         n = len(cands)
@@ -636,17 +637,30 @@ class ScopeTracker:
         the facts rule lets ``:init`` hold them beside the statement's clauses."""
         return self.domain_done and pred in self.preds and pred not in self.fluents
 
-    def _static_room(self, conj: _Frame | None) -> bool:
-        """May ``:init`` take a static fact beyond the statement's clauses, and still have room under
-        the grammar's bound for an atom per clause left?"""
+    def _static_extra(self, pred: str, prefix: list[str], conj: _Frame | None) -> bool:
+        """May ``(pred prefix...)`` be a static fact of ``:init`` beyond the statement's clauses? Only
+        a unary one (what an untyped domain says instead of a type: ``(truck truck_0)``), at most one
+        per object, and while ``:init`` keeps room under the grammar's bound for an atom per clause
+        left."""
+        if not self._static(pred) or len(self.preds[pred]) != 1:
+            return False
         used = len(conj.used) if conj is not None and conj.used else 0
-        return used + len(self.fact_left["init"]) + self.fact_free["init"] < self.part_limit["init"]
+        if used + len(self.fact_left["init"]) + self.fact_free["init"] >= self.part_limit["init"]:
+            return False
+        if prefix:
+            return prefix[0] not in self.static_extra
+        free = [c for c in self._candidates("init", pred)[0] if c not in self.static_extra]
+        return bool(free) and self._unwritten(conj, False, pred, [], [free])
+
 
     def _fact_written(self, f: _Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
         fact of ``:init`` that stands for no clause is let be)."""
         key = tuple(self._fname(a) for a in f.args)
         if f.ctx == "init" and self._static(f.pred) and key not in self.fact_left["init"]:
+            if len(f.args) != 1 or f.args[0] in self.static_extra:
+                raise Reject
+            self.static_extra = self.static_extra | {f.args[0]}
             return
         if all(k is None for k in key):  # for a clause that names nothing
             if self.fact_free[f.ctx] <= 0:
