@@ -88,7 +88,7 @@ def _outcome(clone: Path) -> dict:
     mv = max(versions, key=lambda v: int(v.version))
     decision = json.loads(mv.tags.get("omtr.promotion", "{}"))
     row.update({"version": mv.version, "outcome": "champion" if decision.get("promote") else "challenger",
-                "reason": decision.get("reason")})
+                "reason": decision.get("reason"), "baseline_check": decision.get("baseline_check")})
     return row
 
 
