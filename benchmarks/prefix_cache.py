@@ -13,6 +13,9 @@ own process (``/usr/bin/time -v`` gives its peak memory):
   the given domain and the request after it), to measure that putting what a family shares first
   does not make the untrained model's outcomes worse (the former prompt functions are restated
   below, for this run only);
+- ``before`` (with ``--before-src DIR``: the ``src`` folder of a checkout of the version before the
+  cache, e.g. ``git worktree add /tmp/before 92e07eb``): the same command on that version's engine
+  (its prompt order, no ``--prefix-cache``), for the figure the issue started from;
 - ``served``: the served model (the pyfunc's ``predict`` in-process, fast engine, budget 1): three
   requests of one task each, the same family, domain given; the first pays the family's prefill,
   the second and third only their statement's (with the cache off for comparison).
@@ -108,11 +111,11 @@ def child_served(tasks_file: str, cache: str, out: str, budget: int) -> None:
 
 # ----------------------------------------------------------------------------- the parent
 
-def timed(cmd: list[str], log_path: Path) -> tuple[int, float, float]:
+def timed(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[int, float, float]:
     """Run ``cmd`` under /usr/bin/time -v; (exit code, wall seconds, peak RSS MiB)."""
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
-        rc = subprocess.call(["/usr/bin/time", "-v", *cmd], stdout=log, stderr=subprocess.STDOUT)
+        rc = subprocess.call(["/usr/bin/time", "-v", *cmd], stdout=log, stderr=subprocess.STDOUT, env=env)
     wall = time.perf_counter() - t0
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log_path.read_text())
     return rc, wall, (int(m.group(1)) / 1024 if m else float("nan"))
@@ -129,6 +132,13 @@ def traces(folder: Path) -> dict[str, dict]:
 def outcome_key(rec: dict) -> list:
     return [(s["text"], s["verdict"].get("success"), s["verdict"].get("category"), s.get("judge_score"))
             for s in rec["steps"]]
+
+
+def first_prefill_s(folder: Path) -> float:
+    """The prefill of the first batch the loop generated (its Actor steps carry it)."""
+    steps = [r["steps"][0] for r in traces(folder).values() if r["steps"]]
+    first = min(steps, key=lambda s: (s.get("times") or {}).get("at_ms", 0.0))
+    return (first.get("times") or {}).get("prefill_ms", 0.0) / 1000
 
 
 def where_time_went(folder: Path, metrics: dict) -> dict:
@@ -166,6 +176,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=1, help="planner calls per task (default 1: the Actor's spec)")
     ap.add_argument("--runs", default="off,on,on_old_order,served", help="which runs, comma-separated")
     ap.add_argument("--out", default=None, help="JSON result file")
+    ap.add_argument("--before-src", default=None, help="src/ of the version before the cache (the run 'before')")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
     ap.add_argument("--child", choices=("evaluate", "served"), help=argparse.SUPPRESS)
     ap.add_argument("--order", default="new", help=argparse.SUPPRESS)
@@ -205,8 +216,16 @@ def main() -> None:
         cmd = [*me, "--child", "evaluate", "--order", order, "--", "--quiet", "evaluate", "--policy", "model",
                "--model", "small", "--engine", "fast", "--tasks", str(tasks_file), "--out", str(out), "--overwrite",
                "--budget", str(args.budget), "--prefix-cache", cache, "--bootstrap", "200", "--workers", "2"]
+        env = None
+        if name == "before":
+            if not args.before_src:
+                raise SystemExit("the run 'before' needs --before-src")
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.before_src)}
+            cmd = [sys.executable, "-m", "omtr", *cmd[cmd.index("--") + 1:cmd.index("--prefix-cache")],
+                   "--bootstrap", "200", "--workers", "2"]
+            cache, order = "none (the version before)", "before"
         print(f"[prefix-cache] {name} ...", flush=True)
-        rc, wall, rss = timed(cmd, work / f"{name}.log")
+        rc, wall, rss = timed(cmd, work / f"{name}.log", env)
         if rc != 0:
             print((work / f"{name}.log").read_text()[-3000:], file=sys.stderr)
             raise SystemExit(f"run {name} failed ({rc})")
@@ -214,10 +233,13 @@ def main() -> None:
         cache_rep = m.get("prefix_cache") or {}
         tm = m.get("timing", {})
         row = {
-            "prefix_cache": cache, "prompt_order": "shared first" if order == "new" else "former (task first)",
+            "prefix_cache": cache,
+            "prompt_order": {"new": "shared first", "old": "former (task first)", "before": "former (task first)"}[order],
             "command_s": round(wall, 1), "peak_rss_mib": round(rss),
-            "first_token_s": round((tm.get("load_tasks_s") or 0) + (tm.get("load_policy_s") or 0)
-                                   + (cache_rep.get("first_token_s") or 0), 1),
+            # the command's start to the end of the first batch's prefill (the versions alike: from the
+            # timing in metrics.json and the traces)
+            "first_token_s": round(sum(tm.get(k) or 0 for k in ("load_tasks_s", "load_policy_s", "start_solver_s"))
+                                   + first_prefill_s(out), 1),
             "first_token_after_load_s": cache_rep.get("first_token_s"),
             "prefill_tokens_computed": cache_rep.get("computed_tokens"),
             "prefill_tokens_cached": cache_rep.get("cached_tokens"),

@@ -591,23 +591,29 @@ class FastEngine(OverModel):
             else:  # a decode step: the g query heads of a kv head side by side, no copies of K/V
                 qh = q.view(B, nkv, g, d)
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
-                o_all = qh.new_empty((B, nkv, g, d)) if len(segs) > 1 else None
-                for pre, idx, _ in segs:
-                    qs, Ks, Vs, hs = (qh, K, V, hidden) if idx is None else (qh[idx], K[idx], V[idx], hidden[idx])
-                    b = qs.shape[0]
-                    s_r = (qs @ Ks.transpose(-1, -2)).masked_fill_(hs, float("-inf"))  # [b, kv, g, T]
-                    KpT, Vp = pre[i]  # [kv, d, P] and [kv, P, d], shared by the segment's rows
+                s_r = (qh @ K.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))  # [B, kv, g, T]: all rows at once
+                if len(segs) == 1:
+                    KpT, Vp = segs[0][0][i]  # [kv, d, P] and [kv, P, d], shared by every row
                     P = KpT.shape[2]
-                    qp = qs.transpose(0, 1).reshape(nkv, b * g, d)
-                    s_p = (qp @ KpT).view(nkv, b, g, P).transpose(0, 1)  # [b, kv, g, P]
+                    qp = qh.transpose(0, 1).reshape(nkv, B * g, d)
+                    s_p = (qp @ KpT).view(nkv, B, g, P).transpose(0, 1)  # [B, kv, g, P]
                     p = torch.softmax(torch.cat([s_p, s_r], dim=-1).mul_(scale), dim=-1)
-                    pp = p[..., :P].transpose(0, 1).reshape(nkv, b * g, P)
-                    o = (pp @ Vp).view(nkv, b, g, d).transpose(0, 1) + p[..., P:] @ Vs  # [b, kv, g, d]
-                    if o_all is None:
-                        o_all = o
-                    else:
-                        o_all[idx] = o
-                att = o_all.reshape(B, 1, nh * d)
+                    pp = p[..., :P].transpose(0, 1).reshape(nkv, B * g, P)
+                    o = (pp @ Vp).view(nkv, B, g, d).transpose(0, 1) + p[..., P:] @ V  # [B, kv, g, d]
+                else:  # each segment's prefix for its rows; the rows' own keys and values for all at once
+                    p_r = torch.empty_like(s_r)
+                    o = qh.new_empty((B, nkv, g, d))
+                    for pre, idx, _ in segs:
+                        KpT, Vp = pre[i]
+                        P, b = KpT.shape[2], len(idx)
+                        qp = qh[idx].transpose(0, 1).reshape(nkv, b * g, d)
+                        s_p = (qp @ KpT).view(nkv, b, g, P).transpose(0, 1)  # [b, kv, g, P]
+                        p = torch.softmax(torch.cat([s_p, s_r[idx]], dim=-1).mul_(scale), dim=-1)
+                        pp = p[..., :P].transpose(0, 1).reshape(nkv, b * g, P)
+                        o[idx] = (pp @ Vp).view(nkv, b, g, d).transpose(0, 1)
+                        p_r[idx] = p[..., P:]
+                    o += p_r @ V
+                att = o.reshape(B, 1, nh * d)
             x = x + L.o(att)
             h = self._rms(x, L.post_norm)
             gate, up = L.gate_up(h).chunk(2, dim=-1)
