@@ -291,6 +291,8 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="JSON file (rewritten after every task)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep --out's records and measure only the tasks they lack (sampling seeds differ per run)")
     ap.add_argument("--summarise-only", action="store_true",
                     help="recompute the summary of --out's records (no model, no planner) and print the table")
     args = ap.parse_args()
@@ -324,6 +326,16 @@ def main() -> None:
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
     result: dict = {"settings": vars(args), "signals": list(SIGNALS), "seconds": {}, "records": []}
+    if args.resume and outp.is_file():  # a run cut short: measure only the tasks it did not reach
+        prev = json.loads(outp.read_text())
+        done = {r["id"] for r in prev["records"]}
+        keep = [i for i, t in enumerate(tasks) if t.id not in done]
+        tasks, views = [tasks[i] for i in keep], [views[i] for i in keep]
+        result = prev
+        result.setdefault("runs", []).append({"seconds": prev.get("seconds"), "settings": prev.get("settings")})
+        result.pop("stopped_early", None)
+        result["settings"] = vars(args)
+        log.info("resuming: %d tasks measured already, %d to go", len(done), len(tasks))
 
     def save():
         outp.write_text(json.dumps(result, indent=1) + "\n")
@@ -335,7 +347,7 @@ def main() -> None:
         for c0 in range(0, len(tasks), args.chunk):
             if args.minutes and time.time() - t0 > 60 * args.minutes:
                 log.info("time budget of %.0f minutes spent: %d of %d tasks measured", args.minutes, c0, len(tasks))
-                result["stopped_early"] = {"measured": c0, "planned": len(tasks)}
+                result["stopped_early"] = {"measured": len(result["records"]), "left": len(tasks) - c0}
                 break
             ctasks, cviews = tasks[c0:c0 + args.chunk], views[c0:c0 + args.chunk]
             t = time.time()
@@ -346,7 +358,7 @@ def main() -> None:
             eps = run_episodes([v for v in cviews for _ in range(k)], engine, pool, budget=1, judge=False,
                                batch_size=args.batch,
                                sampling=Sampling(greedy=False, temperature=args.temperature,
-                                                 max_new_tokens=args.max_new_tokens, seed=args.seed + c0))
+                                                 max_new_tokens=args.max_new_tokens, seed=args.seed + len(result["records"])))
             samples_s += time.time() - t
             t = time.time()
             for ti, (task, view) in enumerate(zip(ctasks, cviews)):
