@@ -262,6 +262,8 @@ def main() -> None:
         for m in [m.strip() for m in args.env_managers.split(",") if m.strip()]:
             print(f"[serving] {m}: starting", file=sys.stderr, flush=True)
             out["runs"].append(measure(args.model_uri, m, args, work))
+            if args.out:  # what is measured so far survives a stop between environment managers
+                Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     finally:
         out["machine"]["load_avg_end"] = os.getloadavg()
         out["seconds"] = round(time.monotonic() - t0)
