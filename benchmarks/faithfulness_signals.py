@@ -162,6 +162,34 @@ def record(task, greedy_step, steps, grades, sig, secs) -> dict:
                         for i, (g, s) in enumerate(zip(grades, steps))]}
 
 
+def within_task_auc(cands, bs) -> dict:
+    """The AUC over F-D pairs of the same task only (what choosing among a task's samples needs; the
+    pooled AUC also rewards a signal that only tells easy tasks from hard ones), with a bootstrap
+    interval over tasks: ``{"value", "ci", "pairs", "tasks"}``."""
+    by: dict[int, tuple[list, list]] = {}
+    for ti, v, g in cands:
+        by.setdefault(ti, ([], []))[0 if g == "F" else 1].append(v)
+    wins, pairs = {}, {}
+    for ti, (f, d) in by.items():
+        if f and d:
+            wins[ti] = sum((a > b) + 0.5 * (a == b) for a in f for b in d)
+            pairs[ti] = len(f) * len(d)
+    out: dict = {"pairs": int(sum(pairs.values())), "tasks": len(pairs)}
+    if not pairs:
+        return {**out, "value": None, "ci": [None, None]}
+    out["value"] = round(sum(wins.values()) / sum(pairs.values()), 4)
+    boots = []
+    if bs.idx is not None:
+        tis = np.array(sorted(pairs))
+        w, p = np.array([wins[t] for t in tis]), np.array([pairs[t] for t in tis])
+        for row in bs.idx:
+            c = np.bincount(row, minlength=bs.n)[tis]
+            if (c * p).sum():
+                boots.append(float((c * w).sum() / (c * p).sum()))
+    out["ci"] = [round(float(np.percentile(boots, q)), 4) for q in (2.5, 97.5)] if boots else [None, None]
+    return out
+
+
 def summarise(records: list[dict], args) -> dict:
     from omtr.evaluation.metrics import Bootstrap, auc_rate
     from omtr.faithfulness.signals import choose
@@ -198,6 +226,7 @@ def summarise(records: list[dict], args) -> dict:
         c, missing = cands(sig)
         a = auc_rate(c, bs)
         a["missing"] = missing
+        a["within_task"] = within_task_auc(c, bs)
         f = [v for _, v, g in c if g == "F"]
         d = [v for _, v, g in c if g == "D"]
         a["mean_f"] = round(float(np.mean(f)), 4) if f else None
@@ -252,7 +281,8 @@ def summarise(records: list[dict], args) -> dict:
 
 def table(summary: dict) -> str:
     lines = [f"{summary['tasks']} tasks, {summary['samples']} samples: grades {summary['grades']}",
-             "", f"{'signal':<26}{'AUC F vs D':>12}  {'95% CI':<18}{'n_F':>5}{'n_D':>5}{'miss':>5}   "
+             "", f"{'signal':<26}{'AUC F vs D':>12}  {'95% CI':<18}{'n_F':>5}{'n_D':>5}{'miss':>5}  "
+                 f"{'within task [CI]':<24}"
                  f"{'pick by signal':>15}  {'minus random [CI]':<24}"]
     sel = summary["faithful_success"]
     for sig, a in summary["auc_f_vs_d"].items():
@@ -261,7 +291,9 @@ def table(summary: dict) -> str:
         val = "-" if a["value"] is None else f"{a['value']:.3f}"
         cis = "-" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
         rci = s["minus_random_ci"]
-        lines.append(f"{sig:<26}{val:>12}  {cis:<18}{a['n_f']:>5}{a['n_d']:>5}{a['missing']:>5}   "
+        w = a["within_task"]
+        ws = "-" if w["value"] is None else f"{w['value']:.3f} [{w['ci'][0]:.3f}, {w['ci'][1]:.3f}]"
+        lines.append(f"{sig:<26}{val:>12}  {cis:<18}{a['n_f']:>5}{a['n_d']:>5}{a['missing']:>5}  {ws:<24}"
                      f"{s['value'] if s['value'] is not None else '-':>15}  {s['minus_random']:+.3f} "
                      f"[{rci[0]:+.3f}, {rci[1]:+.3f}]")
     lines.append("")
