@@ -101,14 +101,19 @@ def interleave(tasks: list) -> list:
     return out
 
 
+DRIFT: dict[int, str] = {}  # id(step) -> the checker's first finding for a D sample
+
+
 def grade(task, step) -> str:
-    """F, D, or U (unsolved) for one budget-1 answer."""
+    """F, D, or U (unsolved) for one budget-1 answer (a D's first finding kept in ``DRIFT``)."""
     from omtr.evaluation.run import faithfulness
 
     if step is None or not step.verdict.success:
         return "U"
     rep = faithfulness(task, {"success": True, "domain": step.domain, "problem": step.problem,
                               "plan": step.verdict.plan})
+    if not rep.get("faithful"):
+        DRIFT[id(step)] = (rep.get("categories") or ["unknown"])[0]
     return "F" if rep.get("faithful") else "D"
 
 
@@ -155,8 +160,8 @@ def record(task, greedy_step, steps, grades, sig, secs) -> dict:
 
     return {"id": task.id, "set": task.meta["set"], "greedy": grade(task, greedy_step), "seconds": secs,
             "samples": [{"grade": g, "empty_plan": bool(s is not None and s.verdict.success and not s.verdict.plan),
-                         "category": (None if s is None or s.verdict.success or s.verdict.category is None
-                                      else s.verdict.category.value),
+                         "category": (DRIFT.get(id(s)) if g == "D" else None if s is None or s.verdict.success
+                                      or s.verdict.category is None else s.verdict.category.value),
                          "signals": {n: val(sig[n][i]) for n in SIGNALS},
                          "problem": s.problem if s is not None and g != "U" else None}
                         for i, (g, s) in enumerate(zip(grades, steps))]}
