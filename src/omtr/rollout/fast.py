@@ -74,7 +74,7 @@ BLOCK = 64  # KV cache growth, in tokens
 PREFIX_BLOCK = 256
 # Segments (groups of prompts with a prefix of their own) a batch is split into at most.
 # SmolLM2 on 2 cores: a 1,389-token prompt as a prefix (a batch of one, in chunks) ran at ~770
-# prompt tokens/s; four prompts of 1,400-2,300 tokens side by side as rows at ~280/s.
+# prompt tokens/s; four prompts of 1,389-2,328 tokens side by side as rows at ~210/s.
 MAX_SEGMENTS = 8
 JUDGE_BATCH = 8  # Judge prompts scored together (their own tokens pass through the network at once)
 # A decode step multiplies only the head rows of the tokens the grammar allows when they are at
