@@ -29,16 +29,19 @@ PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
 GENERATED = ("blocksworld", "mystery_blocksworld", "gripper", "logistics")
 
 
-def build_tasks(path: Path, per_family: int, generated: int, seed: int) -> list[str]:
+def build_tasks(path: Path, per_family: int, generated: int, seed: int, families=PLANBENCH) -> list[str]:
     from omtr.tasks.generators import generate
     from omtr.tasks.planbench import import_planbench
     from omtr.tasks.planbench_data import shipped_root
 
     rng = random.Random(seed)
     rows = []
-    for fam in PLANBENCH:
+    for fam in PLANBENCH:  # every family draws, so a family's tasks are the same whichever are kept
         pool = import_planbench(shipped_root(), [fam])
-        for t in rng.sample(pool, min(per_family, len(pool))):
+        drawn = rng.sample(pool, min(per_family, len(pool)))
+        if fam not in families:
+            continue
+        for t in drawn:
             rows.append({**t.to_json(), "domain": t.reference.domain})
     for fam in GENERATED:
         if generated <= 0:
@@ -86,8 +89,9 @@ def main(argv=None) -> int:
                     help="a variant: the omtr in DIR/src (repeatable; default after=.)")
     ap.add_argument("--per-family", type=int, default=20, help="PlanBench tasks per family")
     ap.add_argument("--generated", type=int, default=8, help="generated tasks per generator family")
-    ap.add_argument("--seed", type=int, default=3401, help="sample seed (not a seed any rule was tuned on)")
+    ap.add_argument("--seed", type=int, default=5519, help="sample seed (not a seed any rule was tuned on; 3401 was looked at)")
     ap.add_argument("--budget", type=int, default=1)
+    ap.add_argument("--families", default=",".join(PLANBENCH), help="PlanBench families (comma-separated)")
     ap.add_argument("--model", default="small")
     ap.add_argument("--work", default="out/statement-rules", help="folder for the task file and the evaluations")
     ap.add_argument("--out", help="write the results as JSON here")
@@ -95,13 +99,15 @@ def main(argv=None) -> int:
     variants = [v.split("=", 1) for v in (args.variant or ["after=."])]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    tasks = work / f"tasks-{args.seed}.jsonl"
-    ids = build_tasks(tasks, args.per_family, args.generated, args.seed)
+    fams = tuple(args.families.split(","))
+    tasks = work / f"tasks-{args.seed}-{'-'.join(fams)}-{args.generated}.jsonl"
+    # a family's draw does not depend on the others: the same tasks as in a run over all families
+    ids = build_tasks(tasks, args.per_family, args.generated, args.seed, fams)
     results = {"model": args.model, "budget": args.budget, "seed": args.seed, "per_family": args.per_family,
                "generated_per_family": args.generated, "tasks": len(ids), "mode": "domain-given",
                "decoding": "greedy, fast engine", "variants": {}}
     for name, src in variants:
-        out = work / f"{name}-b{args.budget}"
+        out = work / f"{name}-b{args.budget}-{'-'.join(fams)}-{args.generated}"
         env = dict(os.environ, PYTHONPATH=str(Path(src).resolve() / "src"))
         cmd = [sys.executable, "-m", "omtr", "evaluate", "--policy", "model", "--model", args.model,
                "--engine", "fast", "--budget", str(args.budget), "--tasks", str(tasks), "--out", str(out),

@@ -640,28 +640,41 @@ class ScopeTracker:
     def _static_extra(self, pred: str, prefix: list[str], conj: _Frame | None) -> bool:
         """May ``(pred prefix...)`` be a static fact of ``:init`` beyond the statement's clauses? Only
         a unary one (what an untyped domain says instead of a type: ``(truck truck_0)``), at most one
-        per object, and while ``:init`` keeps room under the grammar's bound for an atom per clause
-        left."""
+        per object, the one its name holds where it holds one (:meth:`_named_static`), and while
+        ``:init`` keeps room under the grammar's bound for an atom per clause left."""
         if not self._static(pred) or len(self.preds[pred]) != 1:
             return False
         used = len(conj.used) if conj is not None and conj.used else 0
         if used + len(self.fact_left["init"]) + self.fact_free["init"] >= self.part_limit["init"]:
             return False
         if prefix:
-            return prefix[0] not in self.static_extra
-        free = [c for c in self._candidates("init", pred)[0] if c not in self.static_extra]
+            return prefix[0] not in self.static_extra and self._named_static(pred, prefix[0])
+        free = [c for c in self._candidates("init", pred)[0]
+                if c not in self.static_extra and self._named_static(pred, c)]
         return bool(free) and self._unwritten(conj, False, pred, [], [free])
+
+    def _named_static(self, pred: str, obj: str) -> bool:
+        """An object whose name holds a unary static predicate's name as a part (``truck_0``:
+        truck) takes that one, as a group named after a type takes the type; others take any."""
+        named = [p for p in name_parts(obj) if p != pred and p in self.preds and len(self.preds[p]) == 1
+                 and self._static(p)]
+        return not named or pred in name_parts(obj)
 
 
     def _fact_written(self, f: _Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
         fact of ``:init`` that stands for no clause is let be)."""
         key = tuple(self._fname(a) for a in f.args)
-        if f.ctx == "init" and self._static(f.pred) and key not in self.fact_left["init"]:
-            if len(f.args) != 1 or f.args[0] in self.static_extra:
-                raise Reject
-            self.static_extra = self.static_extra | {f.args[0]}
-            return
+        if f.ctx == "init" and self._static(f.pred):
+            clause = key in self.fact_left["init"]
+            # the static fact its name holds ((location location_0_0)) stands beside the clauses, so
+            # that a clause over the same name ("location_0_0 is an airport") keeps its own atom
+            named = len(f.args) == 1 and f.pred in name_parts(f.args[0])
+            if not clause or (named and f.args[0] not in self.static_extra and self._static_extra(f.pred, f.args, self._conj_of(f))):
+                if not self._static_extra(f.pred, f.args, self._conj_of(f)):
+                    raise Reject
+                self.static_extra = self.static_extra | {f.args[0]}
+                return
         if all(k is None for k in key):  # for a clause that names nothing
             if self.fact_free[f.ctx] <= 0:
                 raise Reject
