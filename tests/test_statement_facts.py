@@ -257,3 +257,29 @@ def test_random_walks_on_planbench_text_never_dead_end(config):
                      and tuple(_norm(str(x)) for x in a[1:]) not in want]
             assert not extra, text  # beyond the clauses, static facts only
     assert finished >= 6
+
+
+def test_static_facts_the_english_leaves_out_are_unary_named_and_one_per_object():
+    """PlanBench's Logistics never states (truck truck_0) or (obj package_0); the facts rule lets
+    :init hold such a fact beside the clauses: unary, one per object, the one its name holds."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.tasks.planbench import import_config
+    from omtr.tasks.planbench_data import shipped_root
+
+    task = min(import_config(shipped_root(), "logistics"), key=lambda t: len(t.nl))
+    d = given_declarations(task.reference.domain)
+    names = statement_objects(task.nl)
+    ok = spelled_problem(task).lower()
+    head = ok[:ok.index("(:init") + len("(:init")]
+    t = ScopeTracker(d, objects=names)
+    t.feed_text(head)
+    assert t.admits(" (truck truck_0)") and t.admits(" (obj package_0)") and t.admits(" (location location_0_0)")
+    assert not t.admits(" (truck city_0)")  # its name says city
+    assert t.admits(" (city location_0_0)")  # as the atom of "location_0_0 is an airport": the predicate is the model's
+    assert not t.admits(" (in-city truck_0 city_0)")  # a binary static fact must be a clause
+    t.feed_text(" (truck truck_0)")
+    assert not t.admits(" (obj truck_0)")  # one per object
+    # the name's own fact stands beside the clauses: "location_0_0 is an airport" keeps its atom
+    t.feed_text(" (location location_0_0)")
+    assert t.admits(" (airport location_0_0)")
+    assert ScopeTracker(d, objects=names).admits(ok)
