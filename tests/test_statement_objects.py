@@ -196,6 +196,7 @@ def test_every_episode_records_the_rules_it_ran_under(micro):
 
     from omtr.evaluation.metrics import compute_metrics
     from omtr.inference.episode import decoding_rules, run_episodes
+    from omtr.inference.statement import read_statement
     from omtr.inference.policy import Sampling
     from omtr.solver import SolverPool
     from omtr.tasks.training import TrainingTask
@@ -213,12 +214,13 @@ def test_every_episode_records_the_rules_it_ran_under(micro):
     assert {r["task_id"]: r["rules"] for r in rows} == {"g1": "scoped+objects+facts", "g2": "scoped"}
     m = compute_metrics([e.to_json() for e in eps], bootstrap=20)
     assert m["overall"]["rules"] == {"scoped+objects+facts": 1, "scoped": 1}
+    reading = read_statement(GRIPPER_NL)
     old = micro.cfg
     try:
         micro.cfg = dataclasses.replace(old, decoding="plain")
-        assert decoding_rules(micro, GRIPPER_NL) == "plain"
+        assert decoding_rules(micro, reading) == "plain"
         micro.cfg = dataclasses.replace(old, statement_facts=False)
-        assert decoding_rules(micro, GRIPPER_NL) == "scoped+objects"
+        assert decoding_rules(micro, reading) == "scoped+objects"
     finally:
         micro.cfg = old
-    assert decoding_rules(object(), GRIPPER_NL) == "off"  # a policy without omtr's decoder
+    assert decoding_rules(object(), reading) == "off"  # a policy without omtr's decoder

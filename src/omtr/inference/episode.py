@@ -142,16 +142,16 @@ class Episode:
         }
 
 
-def decoding_rules(policy, nl: str) -> str:
-    """The decoding rules a policy's answers to the task ``nl`` run under: ``off`` for a policy
-    without omtr's decoder (an API model, a replay), else :func:`omtr.model.scope_check.rules_label`
-    of its config and the statement's reading."""
+def decoding_rules(policy, reading) -> str:
+    """The decoding rules a policy's answers to a task run under: ``off`` for a policy without
+    omtr's decoder (an API model, a replay), else :func:`omtr.model.scope_check.rules_label` of its
+    config and the statement's reading (:func:`omtr.inference.statement.read_statement`)."""
     cfg = getattr(policy, "cfg", None)
     if not getattr(policy, "takes_objects", False) or cfg is None or not hasattr(cfg, "constraint"):
         return "off"
     from omtr.model.scope_check import rules_label
 
-    return rules_label(cfg.constraint, read_statement(nl), getattr(cfg, "statement_objects", True),
+    return rules_label(cfg.constraint, reading, getattr(cfg, "statement_objects", True),
                        getattr(cfg, "statement_facts", True))
 
 
@@ -192,8 +192,8 @@ def run_episodes(
     sampling = sampling or Sampling()
     episodes = [Episode(_training_view(t), budget) for t in tasks]
     for ep in episodes:
-        ep.rules = decoding_rules(policy, ep.task.nl)
-        ep.reading = read_statement(ep.task.nl).why
+        reading = read_statement(ep.task.nl)
+        ep.rules, ep.reading = decoding_rules(policy, reading), reading.why
     runner = _Runner(episodes, policy, env, sampling, batch_size, judge, on_episode)
     runner.run()
     return episodes

@@ -111,14 +111,6 @@ class Reading:
         return (sum(1 for c in self.init if not c.key and c.says_something),
                 sum(1 for c in self.goal if not c.key and c.says_something))
 
-    @property
-    def longest_name(self) -> int:
-        return max((len(n) for n in self.names), default=0)
-
-    def to_json(self) -> dict:
-        return {"layout": self.layout, "rules": list(self.rules), "names": list(self.names),
-                "init": [list(c.key) for c in self.init if c.key], "goal": [list(c.key) for c in self.goal if c.key],
-                "nameless": list(self.nameless), "why": self.why}
 
 
 def _names_in(words: list[str], described: set[str]) -> list[str]:
@@ -212,16 +204,6 @@ class StatementNames(list):
         return got
 
 
-def clause_keys(names: set[str], clauses: list[list[str]]) -> list[tuple[str, ...]]:
-    """Each clause's names in order (normalised); clauses without names are left out."""
-    out = []
-    for c in clauses:
-        k = tuple(w for w in c if w in names)
-        if k:
-            out.append(k)
-    return out
-
-
 def names_of(reading: Reading) -> StatementNames | None:
     """A reading as the names list the decoder takes (None when no rule may use it)."""
     if RULE_OBJECTS not in reading.rules:
@@ -252,8 +234,3 @@ def statement_objects(nl: str) -> StatementNames | None:
     makes a problem declare as its objects. None when the reading is not sure of any name."""
     return names_of(read_statement(nl))
 
-
-def nameless_clauses(names: set[str], clauses: list[list[str]]) -> int:
-    """How many clauses say something (a word beyond the statement's template) without a name."""
-    return sum(1 for c in clauses if not any(w in names for w in c)
-               and any(w and w not in TEMPLATE_WORDS for w in c))

@@ -87,6 +87,23 @@ def statement_limits(limits: GrammarLimits, objects) -> GrammarLimits:
     return GrammarLimits(**{**limits.__dict__, **changes}) if changes else limits
 
 
+def problem_limits(limits: GrammarLimits, given) -> GrammarLimits:
+    """``limits`` for the problem grammar of a given domain: atoms as long as its longest
+    predicate, names as long as its longest name (at least the configured bounds)."""
+    arity = max((len(a) for a in given.predicates.values()), default=0)
+    names = [given.name or "", *given.predicates, *given.constants, *given.types]
+    longest = max((len(n) for n in names), default=0)
+    return GrammarLimits(**{**limits.__dict__, "atom_args": max(limits.atom_args, arity),
+                            "name_len": max(limits.name_len, longest)})
+
+
+def decode_limits(limits: GrammarLimits, given=None, objects=None) -> GrammarLimits:
+    """The bounds one answer decodes under: ``limits`` widened for a given domain
+    (:func:`problem_limits`) and for the task's statement (:func:`statement_limits`). The decoder
+    (:meth:`PddlGrammar.limits_for`) and ``omtr model scope-check`` both use it."""
+    return statement_limits(problem_limits(limits, given) if given is not None else limits, objects)
+
+
 def _char_class(chars: str) -> str:
     out = "".join("\\-" if c == "-" else c for c in chars)
     return f"[{out}]"
@@ -214,19 +231,6 @@ class PddlGrammar:
         self.compile_s = time.perf_counter() - t0
         log.info("PDDL grammar compiled in %.2f s", self.compile_s)
 
-    def problem_limits(self, given) -> GrammarLimits:
-        """The limits of the problem grammar for a given domain (:meth:`problem_limits_of`)."""
-        return self.problem_limits_of(self.limits, given)
-
-    @staticmethod
-    def problem_limits_of(limits: GrammarLimits, given) -> GrammarLimits:
-        """``limits`` for the problem grammar of a given domain: atoms as long as its longest
-        predicate, names as long as its longest name (at least the configured bounds)."""
-        arity = max((len(a) for a in given.predicates.values()), default=0)
-        names = [given.name or "", *given.predicates, *given.constants, *given.types]
-        longest = max((len(n) for n in names), default=0)
-        return GrammarLimits(**{**limits.__dict__, "atom_args": max(limits.atom_args, arity),
-                                "name_len": max(limits.name_len, longest)})
 
     def problem_grammar(self, limits: GrammarLimits):
         """The compiled problem-only grammar under ``limits`` (compiled once per limits)."""
@@ -245,10 +249,8 @@ class PddlGrammar:
         return got
 
     def limits_for(self, given=None, objects=None) -> GrammarLimits:
-        """The bounds one answer decodes under: the configured ones, widened for a given domain
-        (:meth:`problem_limits`) and for the task's statement (:func:`statement_limits`)."""
-        limits = self.problem_limits(given) if given is not None else self.limits
-        return statement_limits(limits, objects)
+        """The bounds one answer decodes under (:func:`decode_limits` of the configured ones)."""
+        return decode_limits(self.limits, given, objects)
 
     @property
     def vocab(self) -> "ScopedVocab":

@@ -479,7 +479,7 @@ class RoleModel(nn.Module):
         given domain (PDDL text): that answer is a problem alone, decoded under the problem grammar
         and, when scoped, the given domain's predicates, types and constants. A given domain that
         does not parse raises :class:`omtr.model.scope.GivenDomainError`. ``objects[i]``: the names
-        prompt i's task statement uses (:func:`omtr.rl.grounding.statement_objects`); under scoped
+        prompt i's task statement uses (:func:`omtr.inference.statement.statement_objects`); under scoped
         decoding the problem declares them first, each once (``statement_objects`` in the config
         turns this off)."""
         if role not in GENERATING_ROLES:

@@ -18,7 +18,7 @@ the literals already written in each conjunction. From that it decides which nam
 
 The constraint comes from the answer itself, in the domain-given mode from the given domain, and,
 when the caller passes them (``objects``), from the object names the task's statement uses
-(:func:`omtr.rl.grounding.statement_objects`: "the red block", ``ball_1``, ``room_2``, read from the
+(:func:`omtr.inference.statement.statement_objects`: "the red block", ``ball_1``, ``room_2``, read from the
 English alone, never from a reference): the problem's ``:objects`` declares those names first, each
 once, before any name of its own, and cannot close while one is missing; such a name that holds a
 declared type's name as a part (``ball_1``) shares its group with no such name of another type, and
@@ -89,25 +89,15 @@ def declared_from_domain(text: str) -> Declared:
     Raises :class:`omtr.spec.model.SpecError` for a domain that does not parse."""
     from omtr.spec.model import parse_domain
 
+    from omtr.spec.model import atoms_of
+
     dom = parse_domain(text)
     preds = {p: tuple(t for _, t in args) for p, args in dom.predicates.items()}
-    fluents = set()
-    for act in dom.actions.values():
-        _effect_heads(act.effect, fluents)
+    fluents = {atom[0] for act in dom.actions.values() for atom, _, _ in atoms_of(act.effect, effect=True)}
     return Declared(name=dom.name.lower(), flags=frozenset(dom.requirements), types=dict(dom.types),
                     predicates=preds, constants=dict(dom.constants), actions=frozenset(dom.actions),
                     fluents=frozenset(fluents))
 
-
-def _effect_heads(f, out: set) -> None:
-    """The predicates an effect formula (an s-expression) adds or deletes, into ``out``."""
-    if not isinstance(f, list) or not f or not isinstance(f[0], str):
-        return
-    if f[0] in ("and", "not", "forall", "when"):
-        for g in f[1:]:
-            _effect_heads(g, out)
-        return
-    out.add(f[0])
 
 
 class GivenDomainError(ValueError):
@@ -660,21 +650,18 @@ class ScopeTracker:
                  and self._static(p)]
         return not named or pred in name_parts(obj)
 
-
     def _fact_written(self, f: _Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
         fact of ``:init`` that stands for no clause is let be)."""
         key = tuple(self._fname(a) for a in f.args)
-        if f.ctx == "init" and self._static(f.pred):
-            clause = key in self.fact_left["init"]
-            # the static fact its name holds ((location location_0_0)) stands beside the clauses, so
-            # that a clause over the same name ("location_0_0 is an airport") keeps its own atom
-            named = len(f.args) == 1 and f.pred in name_parts(f.args[0])
-            if not clause or (named and f.args[0] not in self.static_extra and self._static_extra(f.pred, f.args, self._conj_of(f))):
-                if not self._static_extra(f.pred, f.args, self._conj_of(f)):
-                    raise Reject
-                self.static_extra = self.static_extra | {f.args[0]}
-                return
+        # A static fact beside the clauses, as _fact_path allows it: one that stands for no clause, or
+        # the one its name holds ((location location_0_0)), so that a clause over the same name
+        # ("location_0_0 is an airport") keeps its own atom. Otherwise it stands for a clause.
+        if (f.ctx == "init" and len(f.args) == 1
+                and (key not in self.fact_left["init"] or f.pred in name_parts(f.args[0]))
+                and self._static_extra(f.pred, f.args, self._conj_of(f))):
+            self.static_extra = self.static_extra | {f.args[0]}
+            return
         if all(k is None for k in key):  # for a clause that names nothing
             if self.fact_free[f.ctx] <= 0:
                 raise Reject

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from omtr.inference.statement import RULE_FACTS, RULE_OBJECTS, Reading, decoder_objects, names_of, read_statement
 
-RULES = ("grammar", "grammar_limits", "domain_name", "scope", "statement_objects", "statement_facts")
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _WIDE = dict(name_len=64, ws=12, types=64, predicates=64, predicate_args=8, actions=32, parameters=12,
              literals=64, objects=256, init=1024, goal=256, atom_args=8)
@@ -199,7 +198,7 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
     otherwise ``domain`` is the answer's domain, written before the problem. ``limits``: the
     model's configured :class:`omtr.model.grammar.GrammarLimits`. Raises
     :class:`omtr.model.scope.GivenDomainError` for a given domain that does not parse."""
-    from omtr.model.grammar import GrammarLimits, PddlGrammar, statement_limits
+    from omtr.model.grammar import GrammarLimits, decode_limits
     from omtr.model.scope import given_declarations
 
     reading = read_statement(nl)
@@ -238,8 +237,7 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
     stop = _grammar_stop(text, wide, problem_only)
     if stop is not None:
         return result("grammar", stop)
-    base = PddlGrammar.problem_limits_of(limits, decl) if decl is not None else limits
-    bounds = statement_limits(base, objects)  # as the decoder widens them for the statement
+    bounds = decode_limits(limits, decl, objects)  # as the decoder widens them for this task
     stop = _grammar_stop(text, bounds, problem_only)
     if stop is not None:
         return result("grammar_limits", stop)

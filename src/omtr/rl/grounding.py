@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
-    STATEMENT, TEMPLATE_WORDS, _norm, clause_keys, name_parts, read_statement, statement_parts,
+    STATEMENT, TEMPLATE_WORDS, _norm, name_parts, read_statement, statement_parts,
 )
 
 
