@@ -47,6 +47,7 @@ with a frozen backbone, those an adapter touches.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -817,12 +818,7 @@ class FastEngine(OverModel):
         if not prompts:
             return []
         m = self.model
-        if not self._current():
-            self.refresh()
-        prev_threads = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
+        with self._running():
             t0 = time.perf_counter()
             rw = self.weights["judge"]
             seqs = m.encode_prompts(prompts)
@@ -835,9 +831,6 @@ class FastEngine(OverModel):
                     out[i] = float(s[inverse[j]])
             self.prefill_stats["prefill_s"] += time.perf_counter() - t0
             return out
-        finally:
-            if self.threads:
-                torch.set_num_threads(prev_threads)
 
     # ------------------------------------------------------------------ generation
 
@@ -854,12 +847,7 @@ class FastEngine(OverModel):
         if not prompts:
             return []
         m = self.model
-        if not self._current():
-            self.refresh()
-        prev_threads = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
+        with self._running():
             mode = m._constraint(grammar, constraint)
             given = m._given(domains, len(prompts))
             objs = m._objects(objects, len(prompts))
@@ -870,6 +858,18 @@ class FastEngine(OverModel):
             if not (self.record_masks and mode != "off"):
                 self.last_masks = None
             return gens
+
+    @contextlib.contextmanager
+    def _running(self):
+        """A call on the engine: the weights current with the policy, torch on the engine's threads
+        (restored after)."""
+        if not self._current():
+            self.refresh()
+        prev_threads = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            yield
         finally:
             if self.threads:
                 torch.set_num_threads(prev_threads)
