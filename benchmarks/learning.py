@@ -10,12 +10,20 @@ sizes ``--min-objects``..``--max-objects``. ``--mode given`` gives each task the
 (the Actor writes the problem); ``--mode full`` asks for both.
 
 The held-out tasks are evaluated before training and after each condition (``--conditions``, outcome
-scores of ``omtr.rl.rewards``: ``nontrivial``, the default, is the paper's ``binary`` except that a
-solved spec with an empty plan scores 0; ``binary`` and ``shaped`` can be asked for), each condition
+scores of ``omtr.rl.rewards``: ``supported``, the default and the small profile's, pays a solved spec
+with a plan only when its initial state breaks none of the given domain's mutex invariants;
+``nontrivial`` is the paper's ``binary`` except that a solved spec with an empty plan scores 0;
+``binary``, ``grounded`` and ``shaped`` can be asked for), each condition
 starting from the same initial weights and training for ``--minutes`` of wall time (or
 ``--updates``) with the ``small`` training profile's recipe (``omtr.rl.config``: group advantages
 over ``samples_per_task`` samples at temperature 0.7, dynamic sampling, the gated Judge term, a
 curriculum by object count), through ``omtr.rl.trainer.Trainer``, the code ``omtr train`` runs.
+
+During training, ``--probe`` tasks of a third draw (disjoint from both) are graded every
+``--probe-every`` updates (``omtr.evaluation.probe``: greedy faithful success, drift, the Judge's AUC
+between faithful and unfaithful specs), and the collapse guards (the largest semantic cluster's share
+of a task's samples, clusters per task, how often a task's largest cluster changes) are logged per
+update; both are in the curve. The probe's numbers are never fed to training.
 
 Evaluation, per held-out task: greedy at each budget in ``--budgets`` (1: the Actor's spec alone;
 6: the Actor and up to 5 Editor repairs) and pass@k (``--pass-k`` samples at 0.7, budget 1). Each
@@ -23,7 +31,8 @@ answer is graded ``faithful`` (the checker finds it equivalent to the reference)
 (solved with a plan, another task), ``empty`` (solved with an empty plan: the goal holds in the
 spec's own initial state) or its failure's category, and three rates are reported: ``success`` (the
 paper's planner success: any of the three solved grades), ``nontrivial`` (solved with a plan) and
-``faithful``. An untrained SmolLM2 "solves" nearly every domain-given task with a degenerate spec,
+``faithful``, plus ``drift`` (unfaithful over solved with a plan) and the Judge's AUC between the
+faithful and unfaithful pass@k samples. An untrained SmolLM2 "solves" nearly every domain-given task with a degenerate spec,
 which is why planner success alone says little here. Reported: the rates with 95% bootstrap
 intervals over tasks, the paired gain (after - before) with its bootstrap interval, grades, the
 training curve, seconds; the mean ``grounding`` of the greedy answers (how well each problem's
@@ -76,8 +85,17 @@ def make_tasks(args, out: Path):
         test += generate(fam, -(-args.eval // len(families)), args.seed + 1000 + k, split="test", **kw)
     seen = {t.meta.get("signature") for t in train}
     test = [t for t in test if t.meta.get("signature") not in seen]
+    # The probe's tasks: another held-out draw, disjoint from both (graded during training, so not
+    # the tasks the final figures are measured on).
+    probe = []
+    for k, fam in enumerate(families if args.probe else []):
+        probe += generate(fam, -(-args.probe // len(families)), args.seed + 2000 + k, split="test", **kw)
+    seen |= {t.meta.get("signature") for t in test}
+    probe = [t for t in probe if t.meta.get("signature") not in seen]
     if args.mode == "given":
         train, test = [t.with_given_domain() for t in train], [t.with_given_domain() for t in test]
+        probe = [t.with_given_domain() for t in probe]
+    args.probe_tasks = probe
     write_tasks(out / "train.jsonl", train)
     write_tasks(out / "test.jsonl", test)
     # The trainer and the policies see the tasks through omtr.tasks.training (no reference); the
@@ -139,11 +157,18 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
                  len(tasks), g.count("empty"), g.count("faithful"))
     if args.pass_k:
         reps = [t for t in tasks for _ in range(args.pass_k)]
-        eps = run_episodes(reps, engine, pool, budget=1, judge=False, batch_size=args.eval_batch,
+        eps = run_episodes(reps, engine, pool, budget=1, judge=True, batch_size=args.eval_batch,
                            sampling=Sampling(greedy=False, temperature=0.7, max_new_tokens=args.max_new_tokens,
                                              seed=args.seed + 99))
         grades = [grade(refs[i // args.pass_k], e) for i, e in enumerate(eps)]
         out["samples"] = grades
+        # The Judge between faithful (F) and solved-but-unfaithful (D) samples: the paper's H.9 pool.
+        from omtr.telemetry import binary_auc
+
+        fd = [(e.judge_score, g == "faithful") for e, g in zip(eps, grades)
+              if e.judge_score is not None and g in ("faithful", "unfaithful")]
+        out["sample_judge_scores"] = [e.judge_score for e in eps]
+        out["judge_auc_fd"] = binary_auc([s for s, _ in fd], [y for _, y in fd]) if fd else None
         for name, ok in MEASURES.items():
             wins = [g in ok for g in grades]
             out[f"pass_k_{name}"] = [any(wins[i * args.pass_k:(i + 1) * args.pass_k]) for i in range(len(tasks))]
@@ -168,6 +193,14 @@ def summarise(ev: dict, args) -> dict:
     if "pass_k_success" in ev:
         s[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(x) for x in ev[f"pass_k_{name}"]]) for name in MEASURES}
         s["samples"] = {name: round(ev[f"sample_{name}"], 4) for name in MEASURES}
+        s["judge_auc_fd"] = ev.get("judge_auc_fd")
+        g = ev["samples"]
+        if g.count("faithful") + g.count("unfaithful"):
+            s["samples"]["drift"] = round(g.count("unfaithful") / (g.count("faithful") + g.count("unfaithful")), 4)
+    for b in args.budgets:
+        xs = ev[f"b{b}"]
+        solved = xs.count("faithful") + xs.count("unfaithful")
+        s[f"b{b}"]["drift"] = round(xs.count("unfaithful") / solved, 4) if solved else None
     return s
 
 
@@ -190,7 +223,8 @@ def paired(before: dict, after: dict, args) -> dict:
 CURVE_KEYS = ("update", "success_rate", "actor_success_rate", "mean_ladder_actor", "reward_actor",
               "groups_with_signal", "groups_rolled_out", "curriculum_cap", "judge_gate_open", "judge_gate_auc",
               "actor_clip_frac", "actor_kl", "grad_norm", "engine_kl", "rollout_s", "reference_s", "update_s",
-              "rollout_tokens_per_s")
+              "rollout_tokens_per_s", "top_cluster_share", "clusters_per_task", "top_cluster_changed",
+              "probe_faithful", "probe_success", "probe_nontrivial", "probe_drift", "probe_judge_auc_fd")
 
 
 def train(model, init: dict, tasks, pool, cond: str, args, out: Path):
@@ -209,15 +243,23 @@ def train(model, init: dict, tasks, pool, cond: str, args, out: Path):
         mlflow=False, save_model_every_cycle=False, seed=args.seed, experiment="omtr-learning",
         **dict(kv for kv in args.set))
     t0 = time.time()
-    tr = Trainer(cfg, tasks, out / cond, model=model, env=pool, quiet=True)
+    probe = None
+    if args.probe:  # the evaluation side's held-out curve: the probe's tasks are graded, never trained on
+        from omtr.evaluation.probe import FaithfulProbe
+
+        probe = FaithfulProbe(args.probe_tasks[:args.probe], max_new_tokens=args.max_new_tokens,
+                              batch_size=args.eval_batch)
+    tr = Trainer(cfg, tasks, out / cond, model=model, env=pool, quiet=True, probe=probe,
+                 probe_every=args.probe_every)
     deadline = t0 + 60 * args.minutes if args.minutes else float("inf")
     status = "paused"
     while status == "paused" and time.time() < deadline:
         status = tr.run(max_updates=1)
         h = tr.history[-1] if tr.history else {}
-        log.info("  %s update %d: rollout success %.2f, groups with signal %s/%s, %.0f s so far", cond,
-                 tr.update, h.get("success_rate", float("nan")), h.get("groups_with_signal", "-"),
-                 h.get("groups_rolled_out", "-"), time.time() - t0)
+        log.info("  %s update %d: rollout success %.2f, reward %.2f, groups with signal %s/%s, top cluster %.2f, "
+                 "probe faithful %s, %.0f s so far", cond, tr.update, h.get("success_rate", float("nan")),
+                 h.get("reward_actor", float("nan")), h.get("groups_with_signal", "-"), h.get("groups_rolled_out", "-"),
+                 h.get("top_cluster_share", float("nan")), h.get("probe_faithful", "-"), time.time() - t0)
     return tr, round(time.time() - t0, 1), status == "stopped"
 
 
@@ -232,7 +274,10 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32, help="held-out tasks (split over the families)")
     ap.add_argument("--minutes", type=float, default=30.0, help="training wall time per condition (0: --updates)")
     ap.add_argument("--updates", type=int, default=200, help="updates per condition at most")
-    ap.add_argument("--conditions", default="nontrivial",
+    ap.add_argument("--probe", type=int, default=8,
+                    help="held-out probe tasks graded during training (the first N of a separate held-out draw; 0: none)")
+    ap.add_argument("--probe-every", type=int, default=4, help="probe every K updates (and after the last)")
+    ap.add_argument("--conditions", default="supported",
                     help="rewards to train with, each from the start ('' : evaluate the untrained model only)")
     ap.add_argument("--budgets", type=lambda v: [int(x) for x in v.split(",")], default=[1, 6],
                     help="greedy evaluation budgets (planner calls per task; default 1,6)")
@@ -337,7 +382,7 @@ def plot(result: dict, args, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
     for cond, r in result["conditions"].items():
         xs = [c["update"] for c in r["curve"]]
         ax[0].plot(xs, [c.get("success_rate") for c in r["curve"]], marker="o", label=f"{cond}: rollout success")
@@ -362,6 +407,20 @@ def plot(result: dict, args, path: Path) -> None:
     ax[1].set_ylim(0, 1.05)
     ax[1].set_title(f"held-out success, {len(result['before_outcomes']['tasks'])} tasks (95% CI)")
     ax[1].legend(fontsize=7)
+    for cond, r in result["conditions"].items():  # the held-out probe and the collapse guards
+        pts = [(c["update"], c["probe_faithful"]) for c in r["curve"] if c.get("probe_faithful") is not None]
+        if pts:
+            ax[2].plot(*zip(*pts), marker="o", label=f"{cond}: probe faithful (held out)")
+        pts = [(c["update"], c["probe_drift"]) for c in r["curve"] if c.get("probe_drift") is not None]
+        if pts:
+            ax[2].plot(*zip(*pts), marker="x", ls="--", label=f"{cond}: probe drift")
+        pts = [(c["update"], c["top_cluster_share"]) for c in r["curve"] if c.get("top_cluster_share") is not None]
+        if pts:
+            ax[2].plot(*zip(*pts), ls=":", label=f"{cond}: top cluster share")
+    ax[2].set_xlabel("update")
+    ax[2].set_ylim(0, 1.05)
+    ax[2].set_title("held-out probe and collapse guards")
+    ax[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

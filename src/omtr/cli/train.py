@@ -11,6 +11,7 @@ EXAMPLES = """  omtr tasks generate --family blocksworld --n 40 --max-objects 3 
   omtr train --tasks T.jsonl --out runs/demo --resume             # continue a stopped run
   omtr train --model micro --profile micro --tasks T.jsonl --out runs/micro -q
   omtr train --tasks T.jsonl --out runs/shaped --set reward=shaped --set cycles=4
+  omtr train --tasks T.jsonl --out runs/probed --probe HELDOUT.jsonl --probe-n 8   # a held-out faithful curve
   omtr train --tasks T.jsonl --out runs/grpo --set advantage=group --set samples_per_task=4
   omtr train --profile paper --tasks T.jsonl --out runs/paper --config configs/train/paper.yaml
   deepspeed --num_gpus 8 -m omtr train --profile paper --tasks T.jsonl --out runs/paper \\
@@ -24,6 +25,9 @@ MLflow ($MLFLOW_TRACKING_URI, default ./mlruns.db). SIGTERM writes a checkpoint 
 status 143; --resume continues from it. Profiles: small (the default, a CPU demo), paper, micro.
 Under a launcher (deepspeed, torchrun) each rank rolls out its share of every batch; rank 0 writes
 metrics.jsonl, MLflow and model/, each rank its own episode log (update-NNNNNN.rank-RRRR.parquet).
+--probe FILE grades the policy's greedy answers on held-out tasks (with references, read by the
+evaluation side only) every --probe-every updates: probe_faithful, probe_drift, probe_judge_auc_fd
+go to metrics.jsonl and MLflow beside the update's figures, never into a reward.
 
 Config keys (--set key=value, or a JSON/YAML --config file):
 """
@@ -53,6 +57,14 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue RUN_DIR from its latest checkpoint")
     p.add_argument("--max-updates", type=int, default=None, metavar="N",
                    help="stop (with a checkpoint) after N more updates")
+    p.add_argument("--probe", default=None, metavar="HELDOUT.jsonl",
+                   help="held-out task records WITH references (omtr tasks generate/planbench): a faithful probe "
+                        "after updates, logged as probe_* metrics; never trained on")
+    p.add_argument("--probe-n", type=int, default=8, metavar="N", help="probe tasks (the file's first N; default 8)")
+    p.add_argument("--probe-every", type=int, default=1, metavar="K", help="probe every K updates (and after the last)")
+    p.add_argument("--probe-samples", type=int, default=0, metavar="S",
+                   help="also S samples at 0.7 per probe task, pooled for the Judge's AUC between faithful and "
+                        "unfaithful specs (default 0: greedy answers only)")
     p.set_defaults(handler=run)
 
 
@@ -92,10 +104,32 @@ def run(args) -> int:
     if not tasks:
         raise CliError(f"--tasks {args.tasks}: no tasks")
 
+    probe = None
+    if args.probe:
+        # The evaluation side reads the references; the trainer only receives the probe's numbers.
+        from omtr.evaluation.probe import FaithfulProbe
+        from omtr.tasks.records import TaskFormatError as RecordError
+
+        if args.probe_n < 1 or args.probe_every < 1 or args.probe_samples < 0:
+            raise CliError("--probe-n and --probe-every must be at least 1, --probe-samples at least 0")
+        try:
+            probe = FaithfulProbe.from_file(args.probe, args.probe_n, max_new_tokens=cfg.max_new_tokens,
+                                            samples=args.probe_samples, seed=cfg.seed)
+        except (RecordError, ValueError) as exc:
+            raise CliError(f"--probe {args.probe}: {exc}") from None
+        except OSError as exc:
+            raise CliError(f"--probe {args.probe}: cannot read ({exc})") from None
+        seen = {t.nl.strip() for t in tasks}
+        shared = [t.id for t in probe.tasks if t.nl.strip() in seen]
+        if shared:
+            raise CliError(f"--probe {args.probe}: task(s) {', '.join(shared[:5])} state a training task's text; "
+                           "a probe must be held out")
+
     from omtr.rl.trainer import EpisodeLogInvalid, Trainer
 
     try:
-        trainer = Trainer(cfg, tasks, out, resume=args.resume, quiet=args.quiet)
+        trainer = Trainer(cfg, tasks, out, resume=args.resume, quiet=args.quiet, probe=probe,
+                          probe_every=args.probe_every)
     except (ConfigError, ValueError) as exc:
         raise CliError(f"cannot start training: {exc}") from None
     except FileNotFoundError as exc:

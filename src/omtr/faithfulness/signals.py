@@ -96,6 +96,28 @@ def agreement(matrix: Sequence[Sequence[bool]], *, over: Sequence[bool] | None =
     return out
 
 
+def clusters(specs: Sequence[tuple[str, str] | None],
+             eq: Callable[[tuple[str, str], tuple[str, str]], bool] = equivalent) -> list[int | None]:
+    """Semantic clusters of a task's samples: ``out[i]`` is the cluster number of sample i (clusters
+    numbered by first appearance; None for a ``None`` spec). Each sample is compared with one
+    representative per cluster (the cluster's first sample), not with every sample: n x clusters
+    checks at most, where :func:`equivalence_matrix` makes n^2 / 2."""
+    reps: list[tuple[str, str]] = []
+    out: list[int | None] = []
+    for spec in specs:
+        if spec is None or any(x is None for x in spec):
+            out.append(None)
+            continue
+        for k, rep in enumerate(reps):
+            if eq(rep, spec):
+                out.append(k)
+                break
+        else:
+            reps.append(spec)
+            out.append(len(reps) - 1)
+    return out
+
+
 # ----------------------------------------------------------------------------- invariants
 
 
@@ -287,6 +309,6 @@ def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[flo
     return w
 
 
-__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "domain_invariants", "equivalence_matrix",
+__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "clusters", "domain_invariants", "equivalence_matrix",
            "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
            "statement_of", "violated_groups"]

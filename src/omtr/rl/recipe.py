@@ -143,3 +143,58 @@ class Curriculum:
     def load_state_dict(self, state: dict) -> None:
         cap = state.get("cap", self.cap)
         self.cap = cap if (cap is None or cap in self.levels) else self.cap
+
+
+class CollapseGuard:
+    """What a majority-style reward can do to a policy, watched per update.
+
+    Rewards that favour what most samples agree on sharpen what the model already believes and can
+    collapse to one confident wrong answer. For every task of an update, ``observe`` clusters its
+    samples' solved specs by equivalence (``clusters_fn``, :func:`omtr.faithfulness.signals.clusters`)
+    and reports:
+
+    * ``top_cluster_share``: the largest cluster's size over the task's samples (mean over tasks);
+      near 1 everywhere means the samples have stopped differing;
+    * ``clusters_per_task``: distinct solved problems per task (mean);
+    * ``top_cluster_changed``: of the tasks seen in an earlier update, the share whose largest
+      cluster now states another problem than it did then (``eq`` decides).
+
+    The last top cluster of each task is kept in memory (not in checkpoints: a resumed run starts
+    the comparison afresh)."""
+
+    def __init__(self, clusters_fn=None, eq=None):
+        if clusters_fn is None or eq is None:
+            from omtr.faithfulness.signals import clusters, equivalent
+
+            clusters_fn, eq = clusters_fn or clusters, eq or equivalent
+        self.clusters_fn, self.eq = clusters_fn, eq
+        self.top: dict = {}
+
+    def observe(self, groups: dict) -> dict[str, float]:
+        """``groups``: task id -> its samples' specs (``(domain, problem)``, None for an unsolved one)."""
+        shares, counts, changed = [], [], []
+        for task, specs in groups.items():
+            if not specs:
+                continue
+            ids = self.clusters_fn(specs)
+            sizes: dict[int, int] = {}
+            for k in ids:
+                if k is not None:
+                    sizes[k] = sizes.get(k, 0) + 1
+            counts.append(len(sizes))
+            if not sizes:
+                shares.append(0.0)
+                continue
+            best = max(sizes, key=lambda k: (sizes[k], -k))
+            shares.append(sizes[best] / len(specs))
+            rep = specs[ids.index(best)]
+            if task in self.top:
+                changed.append(0.0 if self.eq(self.top[task], rep) else 1.0)
+            self.top[task] = rep
+        out: dict[str, float] = {}
+        if shares:
+            out["top_cluster_share"] = sum(shares) / len(shares)
+            out["clusters_per_task"] = sum(counts) / len(counts)
+        if changed:
+            out["top_cluster_changed"] = sum(changed) / len(changed)
+        return out

@@ -19,8 +19,12 @@ holds in its own initial state) scores 0. ``shaped`` scores how far up the diagn
 got. Those three read only the verdict (the plan is the planner's own output). ``grounded`` adds
 what the planner cannot see: half of it is ``nontrivial``, half how well the problem's atoms line up
 with the facts the task's English states (:func:`omtr.rl.grounding.grounding_score`, from the task's
-text and the spec alone). None of them reads a reference, so all stay annotation-free. Register more
-with :func:`register_outcome_score`.
+text and the spec alone). ``supported`` is ``nontrivial`` that pays in full only with the support of
+an annotation-free faithfulness signal: an initial state that breaks one of the domain's mutex
+invariants (the hand empty and holding a block) scores ``broken_credit`` at most, and a share
+``agreement_weight`` of the score can come from how many of the task's other samples state the
+same problem (:mod:`omtr.faithfulness.signals`). None of them reads a reference, so all stay
+annotation-free. Register more with :func:`register_outcome_score`.
 """
 
 from __future__ import annotations
@@ -101,6 +105,60 @@ def grounded_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], n
             continue
         g = grounding_score(nl, prob)
         out.append(b if g is None else round((1 - weight) * b + weight * g, 6))
+    return out
+
+
+BROKEN_CREDIT = 0.0
+
+
+@register_outcome_score("supported")
+def supported_score(completions: Sequence[str], *, verdicts: Sequence[Verdict],
+                    problems: Sequence[str | None] | None = None, domains: Sequence[str | None] | None = None,
+                    task_ids: Sequence | None = None, broken_credit: float = BROKEN_CREDIT,
+                    agreement_weight: float = 0.0, **_) -> list[float | None]:
+    """``nontrivial`` with the support of the signals that separate faithful from solved-but-unfaithful
+    specs without a reference (``benchmarks/faithfulness_signals.py``: AUC 0.96 for broken invariants):
+
+    * a solved spec (with a plan) whose initial state breaks none of its domain's mutex invariants
+      (:func:`omtr.faithfulness.signals.broken_invariants`, from the domain's actions alone) scores 1;
+      one that breaks any scores ``broken_credit`` (default 0: the planner's acceptance of a state no
+      plan of the domain can reach earns nothing). A domain without invariants, or a problem the
+      reader cannot parse, gives the signal nothing to say: the spec keeps its ``nontrivial`` score;
+    * with ``agreement_weight`` w > 0, a supported spec scores ``(1 - w) + w * a``, ``a`` the share of
+      its task's samples in this call (same ``task_ids``) that state an equivalent problem and are
+      supported too (:func:`omtr.faithfulness.signals.agreement`; a lone sample agrees with itself).
+
+    Failures score 0 and limited verdicts None, as under ``nontrivial``. ``domains`` are the specs'
+    domains (the given one in domain-given mode)."""
+    from omtr.faithfulness.signals import broken_invariants
+
+    if problems is None or domains is None:
+        raise ValueError("the supported reward needs the specs' problems (problems=) and domains (domains=)")
+    base = nontrivial_score(completions, verdicts=verdicts)
+    support: list[float | None] = []
+    for b, dom, prob in zip(base, domains, problems):
+        if b is None or b <= 0:
+            support.append(b)
+            continue
+        n = broken_invariants(dom or "", prob)
+        support.append(1.0 if not n else float(broken_credit))
+    if agreement_weight <= 0 or task_ids is None:
+        return support
+    from omtr.faithfulness.signals import agreement, equivalence_matrix
+
+    out = list(support)
+    groups: dict = {}
+    for i, t in enumerate(task_ids):
+        groups.setdefault(t, []).append(i)
+    for idx in groups.values():
+        full = [support[i] is not None and support[i] >= 1.0 for i in idx]
+        if not any(full):
+            continue
+        specs = [(domains[i], problems[i]) if ok else None for i, ok in zip(idx, full)]
+        shares = agreement(equivalence_matrix(specs))
+        for i, ok, a in zip(idx, full, shares):
+            if ok and a is not None:
+                out[i] = round((1 - agreement_weight) + agreement_weight * a, 6)
     return out
 
 

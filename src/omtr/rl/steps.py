@@ -73,7 +73,7 @@ def step_scores(score: Callable, episodes: list[Episode], steps: list[tuple[int,
     return score([s.text for _, s in steps], verdicts=[s.verdict for _, s in steps],
                  token_ids=[s.token_ids for _, s in steps], roles=[s.role for _, s in steps],
                  task_ids=[episodes[n].task.id for n, _ in steps], nls=[episodes[n].task.nl for n, _ in steps],
-                 problems=[s.problem for _, s in steps])
+                 problems=[s.problem for _, s in steps], domains=[s.domain for _, s in steps])
 
 
 def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score: Callable, update: int, *,
@@ -103,9 +103,12 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                 reward = actor_reward(score_of[(n, 0)], s.judge_score if judge_term else None,
                                       cfg.judge_reward_weight)
                 if cfg.use_judge and not s.verdict.limited:
+                    # The Judge's target: the outcome score counts the spec in full (under `supported`,
+                    # solved with the signals' support), or the planner's bare verdict (the paper).
+                    label = (s.verdict.success if cfg.judge_target == "verdict"
+                             else bool(s.verdict.success and (score_of[(n, 0)] or 0.0) >= 1.0))
                     judge_items.append(JudgeItem(
-                        P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)),
-                        s.verdict.success))
+                        P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)), label))
             else:
                 spec = P.spec_text(prev.domain, prev.problem, prev.text, given=given)
                 cat = prev.verdict.category.value if prev.verdict.category else None

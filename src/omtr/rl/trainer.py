@@ -66,7 +66,7 @@ from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
 from omtr.rl.metrics import MetricsMixin
-from omtr.rl.recipe import Curriculum, JudgeGate, balanced_sample, object_count
+from omtr.rl.recipe import CollapseGuard, Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
 from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, rewarded_items, select_groups, step_scores
 from omtr.rl.update import UpdateMixin
@@ -157,7 +157,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
 
     def __init__(self, cfg: TrainConfig, tasks: Sequence[TrainingTask], out_dir: str | os.PathLike, *,
                  model=None, env=None, resume: bool = False, quiet: bool = False,
-                 outcome_score: Callable | None = None, run_name: str | None = None):
+                 outcome_score: Callable | None = None, run_name: str | None = None,
+                 probe: Callable | None = None, probe_every: int = 1):
         bad = [t for t in tasks if not isinstance(t, TrainingTask)]
         if bad:
             raise TypeError("the trainer takes TrainingTask records only (omtr.tasks.training.load_training_tasks); "
@@ -170,9 +171,15 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         self.quiet = quiet
         self.env = env
         self.run_name = run_name or self.out.name
+        # An evaluation-side callable (omtr.evaluation.probe.FaithfulProbe): called with the refreshed
+        # policy and the environment every `probe_every` updates; its numbers are logged, never rewarded.
+        self.probe, self.probe_every = probe, max(1, int(probe_every))
         self.score = outcome_score or OUTCOME_SCORES[cfg.reward]
         if outcome_score is None and cfg.reward == "grounded":
             self.score = functools.partial(self.score, weight=cfg.grounding_weight)
+        if outcome_score is None and cfg.reward == "supported":
+            self.score = functools.partial(self.score, broken_credit=cfg.broken_credit,
+                                           agreement_weight=cfg.agreement_weight)
         self.estimator = ADVANTAGE_ESTIMATORS[cfg.advantage]
         self._stop = threading.Event()
         if cfg.torch_threads:
@@ -215,6 +222,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         self.rollout_task_ids: list[str] = []  # the tasks this rank rolled out in its last update
         # the small-model recipe's state (omtr.rl.recipe): saved with every checkpoint
         self.judge_gate = JudgeGate(cfg.judge_gate_auc, cfg.judge_gate_window)
+        self.collapse_guard = CollapseGuard()
         self.curriculum = Curriculum(self.tasks, enabled=cfg.curriculum, start=cfg.curriculum_start,
                                      advance_at=cfg.curriculum_advance_at)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -383,10 +391,27 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if not self.exact_rollout:
             metrics["engine_refresh_s"] = self._refresh_s
         metrics.update(recipe)
+        if self.probe is not None and self.coll.is_main and (self.update % self.probe_every == 0
+                                                            or self.update == cfg.total_updates):
+            metrics.update(self._run_probe(env))
         self.history.append({"update": self.update, "cycle": (self.update - 1) // cfg.updates_per_cycle, **metrics})
         if self.coll.is_main:
             self._log_metrics(metrics, log_path, validation)
         return metrics
+
+    def _run_probe(self, env) -> dict:
+        """The held-out probe on the policy as it now is (engines refreshed after the update)."""
+        for m in self.distinct:
+            m.eval()
+        self._refresh_s += sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
+        engines = {r: self.engines[id(m)] for r, m in self.models.items()}
+        policy = engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)
+        try:
+            return {k: float(v) for k, v in self.probe(policy, env).items()}
+        except Exception as exc:  # a probe is a measurement: it never stops training
+            log.warning("the held-out probe failed after update %d (%s: %s); training goes on", self.update,
+                        type(exc).__name__, exc)
+            return {}
 
     # ------------------------------------------------------------------ the recipe's rules
     _groups_with_signal = staticmethod(select_groups)  # the old name (omtr.rl.steps.select_groups)
@@ -402,9 +427,21 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         mine = {"judge": [(e.judge_score, ok) for e, ok in zip(episodes, actor_ok)
                           if e.judge_score is not None and e.steps and not e.steps[0].verdict.limited],
                 "tasks": [(object_count(e.task), ok) for e, ok in zip(episodes, self._rewarded(episodes))]}
+        # Collapse guards: each task's solved Actor specs (with a plan), clustered by equivalence.
+        mine["specs"] = [(e.task.id, (e.steps[0].domain, e.steps[0].problem)
+                          if e.steps and e.steps[0].verdict.success and e.steps[0].verdict.plan else None)
+                         for e in episodes]
         parts = self.coll.gather(mine) if self.coll.active else [mine]
         judged = [x for p in parts for x in p["judge"]]
         out: dict[str, float] = {}
+        if cfg.collapse_guards and cfg.samples_per_task > 1:
+            groups: dict = {}
+            for p in parts:
+                for task, spec in p["specs"]:
+                    groups.setdefault(task, []).append(spec)
+            t0 = time.perf_counter()
+            out.update(self.collapse_guard.observe(groups))
+            out["collapse_guard_s"] = time.perf_counter() - t0
         if cfg.use_judge:
             out["judge_gate_open"] = float(gate_open)
             self.judge_gate.observe([p for p, _ in judged], [y for _, y in judged])
