@@ -24,10 +24,12 @@ OMTR_IMAGE = f"ghcr.io/omtr/omtr:{omtr.__version__}"
 
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def prepare_tasks(profile: str, mode: str, family: str, n_train: int, n_val: int, min_objects: int, max_objects: int,
-                  seed: int, timeout_s: int, choices: dict, train_tasks: Output[Dataset], val_tasks: Output[Dataset]):
+                  val_max_objects: int, seed: int, timeout_s: int, choices: dict, train_tasks: Output[Dataset],
+                  val_tasks: Output[Dataset]):
     """`omtr tasks generate`: the training and validation splits (disjoint by task signature), in the
     task mode ``mode`` (given: each task carries the family's domain; full; profile: the profile's
-    own, as `omtr pipeline --mode profile` resolves it).
+    own, as `omtr pipeline --mode profile` resolves it). The validation tasks reach
+    ``val_max_objects`` objects (0: ``max_objects``), as `omtr pipeline --val-max-objects` does.
 
     First, so that a mistyped run parameter fails before anything costly: ``choices`` maps each
     parameter with a closed set of values to ``[value, [allowed...]]``."""
@@ -40,9 +42,10 @@ def prepare_tasks(profile: str, mode: str, family: str, n_train: int, n_val: int
     from omtr.tracking.pipeline import task_mode
 
     mode = task_mode(profile, mode)
-    for split, n, out in (("train", n_train, train_tasks), ("val", n_val, val_tasks)):
+    for split, n, hi, out in (("train", n_train, max_objects, train_tasks),
+                              ("val", n_val, val_max_objects or max_objects, val_tasks)):
         run_omtr(["tasks", "generate", "--family", family, "--n", n, "--seed", seed, "--split", split,
-                  "--min-objects", min_objects, "--max-objects", max_objects, "--out", out.path]
+                  "--min-objects", min_objects, "--max-objects", hi, "--out", out.path]
                  + (["--given-domain"] if mode == "given" else []), timeout_s=timeout_s)
         out.metadata.update({"split": split, "tasks": n, "family": family, "seed": seed, "mode": mode})
 
@@ -202,7 +205,9 @@ def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_
              baseline: Input[Dataset]) -> NamedTuple("Registered", version=str, model_uri=str):
     """`omtr register`: a new version of ``name`` (alias challenger) with the evaluation's metrics as
     ``metric.*`` tags and the untrained model's (``baseline``, the evaluate-baseline step's output)
-    as ``baseline.*`` tags; `omtr register` refuses a baseline from other tasks or settings."""
+    as ``baseline.*`` tags, with the paired per-task faithful difference (trained - untrained) and
+    its 95% interval from both evaluations' traces.jsonl; `omtr register` refuses a baseline from
+    other tasks or settings."""
     import json
     import os
     import tempfile
@@ -214,7 +219,9 @@ def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_
     args = ["register", "--model-dir", trained.path, "--name", name, "--metrics",
             os.path.join(evaluation.path, "metrics.json"), "--budget", serve_budget,
             "--max-new-tokens", max_new_tokens, "--json", out,
-            "--baseline-metrics", os.path.join(baseline.path, "metrics.json")]
+            "--baseline-metrics", os.path.join(baseline.path, "metrics.json"),
+            "--traces", os.path.join(evaluation.path, "traces.jsonl"),
+            "--baseline-traces", os.path.join(baseline.path, "traces.jsonl")]
     if trained.metadata.get("mlflow_run_id"):
         args += ["--train-run", trained.metadata["mlflow_run_id"]]
     run_omtr(args, timeout_s=timeout_s, env={"MLFLOW_TRACKING_URI": mlflow_tracking_uri})
@@ -226,10 +233,11 @@ def register(name: str, serve_budget: int, max_new_tokens: int, mlflow_tracking_
 @dsl.component(base_image=OMTR_IMAGE, install_kfp_package=False)
 def promote(name: str, version: str, rule: str, mlflow_tracking_uri: str, timeout_s: int,
             decision: Output[Dataset]) -> bool:
-    """`omtr promote`: move `champion` to ``version`` if it passes the baseline gate (its faithful
-    success above the untrained model's ``baseline.*`` tags, a tie going to planner success) and then
-    wins by ``rule`` (point or ci): the same command, and so the same gate, as the main job's promote
-    step. Returns
+    """`omtr promote`: move `champion` to ``version`` if it passes the baseline gate on faithful
+    success alone (rule point: above the untrained model's ``baseline.faithful``; rule ci: the paired
+    interval of the per-task difference above 0; a tie, or more planner success alone, is refused)
+    and then beats the champion's faithful success by ``rule``: the same command, and so the same
+    gate, as the main job's promote step. Returns
     whether the champion moved; a refusal is an outcome, not a failure (the deploy step then does
     not run). ``decision``: the rule's inputs and reason as JSON. (One unnamed output on purpose:
     kfp 2.17's local runner resolves only ``Output`` in a condition inside a sub-pipeline.)"""

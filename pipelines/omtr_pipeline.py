@@ -32,10 +32,12 @@ profile's own, small given, micro and paper full) reaches the prepare step, whic
 ``omtr pipeline --mode`` does. ``evaluate-baseline`` evaluates the model training starts from (the
 profile's model or ``model``, with the decoding training gives it) on the same validation tasks
 with the same budget, token limit, bootstrap and seed as ``evaluate``; it needs nothing from
-training, so on a cluster it runs beside it. ``register`` writes its metrics as ``baseline.*``
-tags, and ``promote`` runs ``omtr promote``, the command the main job's promote step runs: a
-version whose faithful success does not beat the untrained model's (a tie going to planner
-success) stays ``challenger`` and nothing is deployed.
+training, so on a cluster it runs beside it. Both evaluations run on ``n_val`` validation tasks
+(24 by default, reaching ``val_max_objects`` objects). ``register`` writes the baseline's metrics
+as ``baseline.*`` tags and the paired per-task faithful difference with its 95% interval, and
+``promote`` runs ``omtr promote``, the command the main job's promote step runs: a version whose
+faithful success does not beat the untrained model's (a tie, or more planner success alone, is
+refused) stays ``challenger`` and nothing is deployed.
 """
 
 import sys
@@ -158,9 +160,10 @@ def omtr_pipeline(
     train_timeout_s: int = 6 * 3600,
     family: str = "blocksworld",
     n_train: int = 8,
-    n_val: int = 4,
+    n_val: int = 24,
     min_objects: int = 2,
     max_objects: int = 4,
+    val_max_objects: int = 5,
     seed: int = 0,
     eval_budget: int = 2,
     max_new_tokens: int = 448,
@@ -187,7 +190,7 @@ def omtr_pipeline(
                "train_job_kind": [train_job_kind, list(TRAIN_JOB_KINDS)],
                "promotion_rule": [promotion_rule, ["point", "ci"]], "deploy_mode": [deploy_mode, ["apply", "dry-run"]]}
     prep = _settle(steps.prepare_tasks(profile=profile, mode=mode, family=family, n_train=n_train, n_val=n_val, min_objects=min_objects,
-                                       max_objects=max_objects, seed=seed, timeout_s=STEPS["prepare"]["timeout_s"],
+                                       max_objects=max_objects, val_max_objects=val_max_objects, seed=seed, timeout_s=STEPS["prepare"]["timeout_s"],
                                        choices=choices), "prepare")
     # the untrained model on the same validation tasks and settings: the promotion gate's baseline
     base = _settle(steps.evaluate_baseline(profile=profile, model=model, train_set=train_set, budget=eval_budget,

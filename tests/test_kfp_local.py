@@ -70,7 +70,7 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
             profile="small", model="profile", train_on="cpu",
             train_set=["cycles=1", "updates_per_cycle=1", "episodes_per_batch=2", "samples_per_task=2", "micro_batch_size=2",
                        "max_repairs=0", "max_new_tokens=32"],
-            n_train=2, n_val=1, min_objects=2, max_objects=3, eval_budget=1, max_new_tokens=400, bootstrap=20,
+            n_train=2, n_val=1, min_objects=2, max_objects=3, val_max_objects=0, eval_budget=1, max_new_tokens=400, bootstrap=20,
             solver_url=fleet.url, mlflow_tracking_uri=tracking_server, registry_name=NAME, serve_budget=1,
             promotion_rule="point", deploy_mode="dry-run", serving_manifest=str(ROOT / "k8s" / "base" / "serving.yaml"),
             train_timeout_s=900, deploy_timeout_s=120)
@@ -94,14 +94,16 @@ def test_whole_pipeline_locally_on_the_small_profile(tracking_server, tmp_path, 
     v1 = client.get_model_version(NAME, "1")
     assert {"metric.success", "metric.faithful", "metric.calls", "baseline.faithful", "baseline.success"} <= set(v1.tags)
     assert v1.tags["omtr.baseline_model"] == "small"
+    assert v1.tags["baseline.paired_tasks"] == "1"  # the two evaluations' records, paired by task
     assert float(v1.tags["metric.calls"]) <= 1.0  # budget 1: at most one planner call per task
     train_run = client.get_run(v1.tags["omtr.train_run_id"])  # training logged to the server too
     assert train_run.info.status == "FINISHED"
     assert v1.source
     # one update of 2 episodes may or may not beat the untrained model: the gate decides, as in the main job
-    from omtr.tracking.registry import BASELINE_PREFIX, Scores, decide
+    from omtr.tracking.registry import BASELINE_PREFIX, Paired, Scores, decide
 
-    gate = decide(Scores.from_tags("1", v1.tags), None, "point", Scores.from_tags("1", v1.tags, BASELINE_PREFIX))
+    gate = decide(Scores.from_tags("1", v1.tags), None, "point", Scores.from_tags("1", v1.tags, BASELINE_PREFIX),
+                  Paired.from_tags(v1.tags))
 
     # the components' typed outputs
     ev = _executor_output(root, "evaluate")["artifacts"]
@@ -152,7 +154,7 @@ def test_the_pipeline_gates_like_the_main_job_on_micro(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     name = NAME + "-micro"
     common = dict(profile="micro", model="profile", train_on="cpu", train_set=["cycles=1", "updates_per_cycle=1"],
-                  n_train=2, n_val=2, min_objects=2, max_objects=3, eval_budget=1, max_new_tokens=24, bootstrap=20,
+                  n_train=2, n_val=2, min_objects=2, max_objects=3, val_max_objects=0, eval_budget=1, max_new_tokens=24, bootstrap=20,
                   solver_url="", mlflow_tracking_uri=uri, registry_name=name, serve_budget=1, promotion_rule="point",
                   deploy_mode="dry-run", serving_manifest=str(ROOT / "k8s" / "base" / "serving.yaml"),
                   train_timeout_s=600, deploy_timeout_s=120)
@@ -168,9 +170,10 @@ def test_the_pipeline_gates_like_the_main_job_on_micro(tmp_path, monkeypatch):
     assert all("domain" not in json.loads(line) for line in val.read_text().splitlines())  # micro's mode: full
     promoted, decision = _promotion(root)
     assert promoted is False and decision["promote"] is False
-    assert "does not beat the untrained model's" in decision["reason"]
+    assert "is not more faithful than the model training started from" in decision["reason"]
     v1 = client.get_model_version(name, "1")
     assert {"baseline.faithful", "baseline.success", "metric.faithful"} <= set(v1.tags)
+    assert v1.tags["baseline.paired_tasks"] == "2"  # both evaluations' records paired task by task
     assert v1.tags["omtr.baseline_model"] == "micro"
     assert str(client.get_model_version_by_alias(name, "challenger").version) == "1"
     with pytest.raises(mlflow.exceptions.MlflowException):
@@ -189,9 +192,11 @@ def test_the_pipeline_gates_like_the_main_job_on_micro(tmp_path, monkeypatch):
     assert all(json.loads(line)["domain"].startswith("(define") for line in val.read_text().splitlines())
     promoted, decision = _promotion(root)
     assert promoted is True and decision["promote"] is True
-    assert "beats the untrained model's" in decision["baseline_check"]
+    assert decision["baseline_check"].endswith(": higher")
+    assert "paired difference +1.000, 95% interval [+1.000, +1.000] over 2 paired tasks" in decision["baseline_check"]
     v2 = client.get_model_version(name, "2")
     assert float(v2.tags["metric.faithful"]) == 1.0 and float(v2.tags["baseline.faithful"]) == 0.0
+    assert float(v2.tags["baseline.faithful_diff"]) == 1.0
     assert str(client.get_model_version_by_alias(name, "champion").version) == "2"
     (rollout,) = root.glob("*/deploy/rollout")
     assert json.loads(rollout.read_text())["model_uri"] == f"models:/{name}/2"

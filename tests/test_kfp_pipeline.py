@@ -151,6 +151,9 @@ def test_declared_run_parameters():
     assert params["deploy_mode"]["defaultValue"] == "apply"
     assert params["mode"]["defaultValue"] == "profile"  # the profile's own, as `omtr pipeline --mode profile`
     assert params["n_train"]["parameterType"] == "NUMBER_INTEGER"
+    # the promotion gate's sample: 24 validation tasks for each model (BlocksWorld's validation split
+    # has 23 tasks of 2-4 blocks, so they reach 5), as `omtr pipeline` and MLproject's main
+    assert params["n_val"]["defaultValue"] == 24 and params["val_max_objects"]["defaultValue"] == 5
     assert params["train_set"]["parameterType"] == "LIST"
 
 
@@ -167,7 +170,7 @@ def test_a_mistyped_choice_fails_the_first_step(tmp_path):
 
     def prepare(**choices):
         fn(profile="small", mode="profile", family="blocksworld", n_train=1, n_val=1, min_objects=2, max_objects=2,
-           seed=0, timeout_s=60, choices=choices, train_tasks=_Out(), val_tasks=_Out())
+           val_max_objects=0, seed=0, timeout_s=60, choices=choices, train_tasks=_Out(), val_tasks=_Out())
 
     with pytest.raises(ValueError, match=r"train_on='gpus' is not one of \['cpu', 'gpu', 'train-job'\]"):
         prepare(train_on=["gpus", ["cpu", "gpu", "train-job"]])
@@ -195,6 +198,7 @@ def test_the_mode_reaches_the_prepare_step_and_the_baseline_reaches_register():
         assert reg["inputs"]["artifacts"]["baseline"] == {"componentInputArtifact": "baseline"}
     program = "\n".join(spec["deploymentSpec"]["executors"][tasks["register"][0]["_executor"]]["container"]["command"])
     assert '"--baseline-metrics"' in program
+    assert '"--traces"' in program and '"--baseline-traces"' in program  # the paired faithful difference
 
 
 def test_compile_for_another_registry_replaces_every_image(tmp_path):

@@ -3,7 +3,7 @@ learning): a parent run with nested step runs passing artifacts, validated episo
 registered version with the untrained model's metrics as `baseline.*` tags, which the gate refuses
 (micro learns nothing in one update, so it does not beat the model it started from) until it is
 forced to `champion`; then a run without the baseline step whose identical steps are reused and
-whose new version is placed by the promotion rule; then a run that reuses the baseline evaluation."""
+whose new version ties with the champion and stays challenger; then a run that reuses the baseline evaluation."""
 
 from __future__ import annotations
 
@@ -77,29 +77,35 @@ def test_main_chain_nested_runs_registry_and_rule(tmp_path):
     assert v1.tags["omtr.eval_run_id"] == steps["evaluate"].info.run_id
     assert v1.tags["omtr.baseline_run_id"] == base.info.run_id and v1.tags["omtr.baseline_model"] == "micro"
     assert float(v1.tags["metric.calls"]) == 2.0  # micro never succeeds: every task used its budget
+    paired = {"faithful_diff", "faithful_diff_low", "faithful_diff_high", "paired_tasks", "paired_bootstrap",
+              "paired_seed", "paired_trained", "paired_untrained"}
     assert {k[len("metric."):] for k in v1.tags if k.startswith("metric.")} == \
-        {k[len("baseline."):] for k in v1.tags if k.startswith("baseline.")}
+        {k[len("baseline."):] for k in v1.tags if k.startswith("baseline.")} - paired
+    # both evaluations' records, paired on the 2 validation tasks
+    assert v1.tags["baseline.paired_tasks"] == "2" and float(v1.tags["baseline.faithful_diff"]) == 0.0
     assert float(v1.tags["baseline.faithful"]) == 0.0 and float(v1.tags["baseline.calls"]) == 2.0
     # trained or not, micro solves nothing: the version does not beat its baseline and is refused
     assert not first["promote"]["promoted"]
-    assert "faithful success 0 does not beat the untrained model's 0 (baseline.faithful)" in first["promote"]["reason"]
+    assert ("faithful success 0 against the untrained model's 0 (baseline.faithful), paired difference +0.000, 95% "
+            "interval [+0.000, +0.000] over 2 paired tasks: a tie is no improvement") in first["promote"]["reason"]
     assert alias(client, "champion") is None and alias(client, "challenger") == "1"
     assert json.loads(v1.tags["omtr.promotion"])["baseline"]["faithful"] == 0.0
     forced = subprocess.run([sys.executable, "-m", "omtr", "promote", "--name", NAME, "--version", "1", "--force"],
                             env=_env(uri), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert forced.returncode == 0 and "forced (the rule said no: faithful success 0 does not beat" in forced.stdout
+    assert forced.returncode == 0 and "forced (the rule said no: faithful success 0 against" in forced.stdout
     assert alias(client, "champion") == "1"
 
     # Second run, without the baseline step: one planner call per validation task. Tasks and
     # training are identical (reused); evaluation, registration and promotion run again; the new
-    # version, with no baseline, ties on faithful and solver success and wins on fewer calls.
+    # version, with no baseline, ties with the champion on faithful success: fewer calls do not
+    # count, and the champion stays.
     second = _pipeline(tmp_path, uri, "--eval-budget", "1", "--steps", "prepare,train,evaluate,validate,register,promote")
     assert second["prepare"]["skipped"] and second["train"]["skipped"]
     assert second["prepare"]["run_id"] == steps["prepare"].info.run_id
     assert not second["evaluate"]["skipped"] and second["register"]["version"] == "2"
     assert "evaluate-baseline" not in second and not second["register"]["baseline"]
-    assert second["promote"]["promoted"] and "fewer" in second["promote"]["reason"]
-    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "2"
+    assert not second["promote"]["promoted"] and "tied with champion 1" in second["promote"]["reason"]
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == "1"
     children2 = client.search_runs([exp], f"tags.mlflow.parentRunId = '{second['parent_run_id']}'")
     reused = [r for r in children2 if r.data.tags.get("omtr.reused_run")]
     assert {r.data.tags["omtr.step"] for r in reused} == {"prepare", "train"}
@@ -119,8 +125,8 @@ def test_main_chain_nested_runs_registry_and_rule(tmp_path):
         {"prepare", "train", "evaluate", "evaluate-baseline", "validate"}
     assert third["register"]["version"] == "3" and not third["promote"]["promoted"]
     assert client.get_model_version(NAME, "3").tags["omtr.baseline_run_id"] == base.info.run_id
-    assert "does not beat the untrained model's" in third["promote"]["reason"]
-    assert alias(client, "champion") == "2"
+    assert "is not more faithful than the model training started from" in third["promote"]["reason"]
+    assert alias(client, "champion") == "1"
 
 
 def alias(client, name):

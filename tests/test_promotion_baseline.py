@@ -138,17 +138,18 @@ def test_promote_refuses_a_version_that_does_not_beat_its_baseline(registry, cap
     v = add(0.25, baseline=(0.25, 0.5))  # tied with the untrained model: not strictly better
     assert main(["promote", "--name", NAME, "--version", v]) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == [f"{NAME} version {v} not promoted: faithful success 0.25 does not beat the untrained model's "
-                   f"0.25 (baseline.faithful), nor planner success 0.5 its 0.5: version {v} is no better than the "
-                   "model training started from (use --force to promote it anyway)"]
+    assert out == [f"{NAME} version {v} not promoted: faithful success 0.25 against the untrained model's 0.25 "
+                   "(baseline.faithful), paired difference unknown (registered without per-task records: register "
+                   "with both evaluations' traces.jsonl to get it): a tie is no improvement: version "
+                   f"{v} is not more faithful than the model training started from (use --force to promote it anyway)"]
     assert alias(client, CHAMPION) is None and alias(client, CHALLENGER) == v  # even with no champion yet
     tag = decision_tag(client, v)
     assert tag["promote"] is False and tag["baseline"]["faithful"] == 0.25 and tag["challenger"]["faithful"] == 0.25
-    assert "does not beat" in tag["baseline_check"]
+    assert "a tie is no improvement" in tag["baseline_check"] and tag["paired"] is None
 
     worse = add(0.1, baseline=(0.3, 0.5))
     assert main(["promote", "--name", NAME, "--version", worse]) == 1
-    assert "faithful success 0.1 does not beat the untrained model's 0.3" in capsys.readouterr().out
+    assert "faithful success 0.1 against the untrained model's 0.3 (baseline.faithful)" in capsys.readouterr().out
 
 
 def test_force_promotes_a_version_that_does_not_beat_its_baseline(registry, capsys):
@@ -156,7 +157,7 @@ def test_force_promotes_a_version_that_does_not_beat_its_baseline(registry, caps
     v = add(0.2, baseline=(0.4, 0.5))
     assert main(["promote", "--name", NAME, "--version", v, "--force"]) == 0
     out = capsys.readouterr().out
-    assert f"version {v} is now champion: forced (the rule said no: faithful success 0.2 does not beat the " \
+    assert f"version {v} is now champion: forced (the rule said no: faithful success 0.2 against the " \
            "untrained model's 0.4" in out
     assert alias(client, CHAMPION) == v and alias(client, CHALLENGER) is None
     tag = decision_tag(client, v)
@@ -168,10 +169,10 @@ def test_a_version_that_beats_its_baseline_goes_on_to_the_rule(registry, capsys)
     v1 = add(0.5, baseline=(0.25, 0.5))
     assert main(["promote", "--name", NAME, "--version", v1]) == 0
     out = capsys.readouterr().out
-    assert f"version {v1} is now champion: there is no champion yet (faithful success 0.5 beats the untrained " \
-           "model's 0.25 (baseline.faithful))" in out
+    assert f"version {v1} is now champion: there is no champion yet (baseline gate: faithful success 0.5 against " \
+           "the untrained model's 0.25 (baseline.faithful), paired difference unknown" in out
     tag = decision_tag(client, v1)
-    assert tag["promote"] and "beats the untrained model's 0.25" in tag["baseline_check"]
+    assert tag["promote"] and tag["baseline_check"].endswith(": higher")
     # beating the baseline is necessary, not sufficient: the champion still has to be beaten
     v2 = add(0.4, baseline=(0.25, 0.5))
     d = promote(NAME, v2)
@@ -193,15 +194,21 @@ def test_a_version_without_baseline_is_promoted_as_before_and_says_so(registry, 
     assert tag["baseline"] is None and "no baseline recorded" in tag["baseline_check"]
 
 
-def test_the_gate_compares_faithful_success_under_either_rule():
-    b = Scores("b", 0.3, 0.9, 1.0)
+def test_the_gate_compares_faithful_success_only():
+    b = Scores("b", 0.3, 0.5, 1.0)
+    d = decide(Scores("2", 0.3, 0.5, 1.0), None, "point", b)
+    assert not d.promote and "faithful success 0.3 against the untrained model's 0.3" in d.reason
+    # solving more (and with fewer calls) without being more faithful: no promotion, under either rule
     for rule in ("point", "ci"):
-        d = decide(Scores("2", 0.3, 0.9, 1.0, 0.1, 0.5), None, rule, b)
-        assert not d.promote and "0.3 does not beat the untrained model's 0.3" in d.reason
-        assert decide(Scores("2", 0.3, 1.0, 1.0, 0.1, 0.5), None, rule, b).promote  # the tie goes to success
-        assert not decide(Scores("2", 0.29, 1.0, 1.0, 0.1, 0.5), None, rule, b).promote
-        assert decide(Scores("2", 0.31, 0.0, 9.0, 0.31, 0.5), None, rule, b).promote
-    assert decide(Scores("2", None, None, None), None, "point", b).promote  # nothing to compare: the rule decides
+        d = decide(Scores("2", 0.3, 1.0, 0.5, 0.1, 0.5), None, rule, b)
+        assert not d.promote, rule
+    d = decide(Scores("2", 0.3, 1.0, 0.5), None, "point", b)
+    assert "planner success 1 against 0.5 does not count" in d.baseline_check
+    assert not decide(Scores("2", 0.29, 1.0, 1.0), None, "point", b).promote
+    assert decide(Scores("2", 0.31, 0.0, 9.0), None, "point", b).promote  # more faithful, though it solves less
+    # a version with a baseline but no faithful-success metric is refused, not waved through
+    d = decide(Scores("2", None, None, None), None, "point", b)
+    assert not d.promote and "has no faithful-success metric (metric.faithful)" in d.reason
     assert not decide(Scores("1", 0.0, 0.0, 1.0), Scores("1", 0.0, 0.0, 1.0), "point", b).reason.startswith("faithful")
 
 
@@ -229,14 +236,14 @@ def test_the_baseline_key_follows_the_start_and_the_evaluation_not_the_training(
     assert baseline_params(base, "other-tasks") != same
 
 
-def test_a_tie_on_faithful_success_goes_to_planner_success(registry, capsys):
-    """Equal faithful success and more tasks solved passes the gate; equal on both does not (above)."""
+def test_a_version_that_solves_more_without_being_more_faithful_is_refused(registry, capsys):
+    """Equal faithful success and every task solved: refused (the planner's verdict alone is no
+    improvement), and the line says both faithful rates."""
     uri, client, add = registry
     v = add(0.5, success=1.0, baseline=(0.5, 0.75))
-    assert main(["promote", "--name", NAME, "--version", v]) == 0
+    assert main(["promote", "--name", NAME, "--version", v]) == 1
     out = capsys.readouterr().out
-    assert ("faithful success 0.5 equals the untrained model's and planner success 1 beats its 0.75" in out)
-    assert alias(client, CHAMPION) == v
-    lower = add(0.5, success=0.5, baseline=(0.5, 0.75))
-    assert main(["promote", "--name", NAME, "--version", lower]) == 1
-    assert "nor planner success 0.5 its 0.75" in capsys.readouterr().out
+    assert (f"version {v} not promoted: faithful success 0.5 against the untrained model's 0.5 (baseline.faithful)"
+            in out)
+    assert "planner success 1 against 0.75 does not count" in out
+    assert alias(client, CHAMPION) is None and alias(client, CHALLENGER) == v

@@ -1,4 +1,4 @@
-"""Promotion by aliases on a real SQLite registry: champion, challenger, tie-breaks, the CI rule,
+"""Promotion by aliases on a real SQLite registry: champion, challenger, ties (no tie-breaks), the CI rule,
 refusals that say why, forced promotion, and the decision logged to MLflow.
 
 Versions are created directly in the registry with their evaluation tags (the rule reads only
@@ -71,21 +71,31 @@ def test_better_faithful_success_wins_and_worse_stays_challenger(registry):
     assert alias(client, CHAMPION) == v3 and alias(client, CHALLENGER) is None  # it held challenger; now champion
 
 
-@pytest.mark.parametrize("new, wins, word", [
-    ((0.5, 0.7, 3.0), True, "solver success"),     # tie on faithful, better success
-    ((0.5, 0.5, 1.0), False, "solver success"),    # tie on faithful, worse success (fewer calls do not matter)
-    ((0.5, 0.6, 1.5), True, "fewer"),              # tie on both, fewer calls
-    ((0.5, 0.6, 2.5), False, "more"),              # tie on both, more calls
-    ((0.5, 0.6, 2.0), False, "tied"),              # full tie: the champion stays
+@pytest.mark.parametrize("new, word", [
+    ((0.5, 0.7, 3.0), "planner success 0.7 vs its 0.6 does not decide"),  # tie on faithful, better success
+    ((0.5, 0.5, 1.0), "planner success 0.5 vs its 0.6 does not decide"),  # tie on faithful, worse success
+    ((0.5, 0.6, 1.5), "tied with champion"),                             # tie on both, fewer calls
+    ((0.5, 0.6, 2.0), "tied with champion"),                             # full tie
 ])
-def test_tie_breaks(registry, new, wins, word):
+def test_a_tie_on_faithful_success_keeps_the_champion(registry, new, word):
+    """Planner success and calls are no tie-break: only more faithful success promotes."""
     client, add = registry
     v1 = add(0.5, 0.6, 2.0)
     promote(NAME, v1)
     v2 = add(*new)
     d = promote(NAME, v2)
-    assert d.promote is wins and word in d.reason
-    assert alias(client, CHAMPION) == (v2 if wins else v1)
+    assert not d.promote and word in d.reason and "a tie is no promotion, the champion stays" in d.reason
+    assert alias(client, CHAMPION) == v1 and alias(client, CHALLENGER) == v2
+
+
+def test_solving_more_without_being_more_faithful_is_not_promoted_over_the_champion(registry):
+    client, add = registry
+    v1 = add(0.25, 0.25, 2.0)
+    promote(NAME, v1)
+    v2 = add(0.25, 1.0, 1.0)  # every task solved, fewer calls, not one more faithful spec
+    d = promote(NAME, v2)
+    assert not d.promote and alias(client, CHAMPION) == v1
+    assert d.reason.startswith(f"faithful success tied with champion {v1} at 0.25")
 
 
 def test_ci_rule_needs_the_interval_above_the_champion(registry):

@@ -19,9 +19,11 @@ training step leaves its checkpoints there and an unfinished run with its key, w
 profile's model or ``--model``, with the decoding training gives it) on the same validation tasks
 with the same budget, token limit, bootstrap and seed as ``evaluate``. Its key holds the tasks, that
 model and those settings, not the training step's, so runs that train differently from the same
-start reuse it. ``register`` writes its metrics as ``baseline.*`` tags, and ``promote`` refuses a
-version whose faithful success is not above them. Leave it out of ``steps`` to register without a
-baseline.
+start reuse it. ``register`` writes its metrics as ``baseline.*`` tags and, from both evaluations'
+per-task records (their runs' traces.jsonl), the paired faithful difference (trained - untrained)
+with its 95% bootstrap interval; ``promote`` refuses a version whose faithful success is not above
+the baseline's (rule point) or whose paired interval does not lie above 0 (rule ci). Planner success
+never decides. Leave it out of ``steps`` to register without a baseline.
 """
 
 from __future__ import annotations
@@ -51,9 +53,12 @@ class PipelineConfig:
     family: str = "blocksworld"  # task family for generated tasks
     mode: str = "given"  # given: tasks give the family's domain (the Actor writes the problem); full: both
     n_train: int = 8  # training tasks
-    n_val: int = 4  # validation tasks
+    n_val: int = 24  # validation tasks, for both the trained and the untrained model (the promotion gate's sample)
     min_objects: int = 2
     max_objects: int = 4
+    # validation tasks' largest size (0: max_objects). BlocksWorld's validation split holds only 23
+    # distinct tasks of 2-4 blocks, so the small profile's 24 validation tasks reach 5 blocks.
+    val_max_objects: int = 5
     seed: int = 0
     train_set: tuple[str, ...] = ()  # extra `omtr train --set k=v`
     eval_budget: int = 2  # planner calls per validation task
@@ -72,14 +77,23 @@ class PipelineConfig:
             raise ValueError(f"unknown task mode {self.mode!r}; choose given (the domain is given) or full")
         if self.eval_budget < 1 or self.serve_budget < 1:
             raise ValueError("eval_budget and serve_budget must be at least 1")
+        if self.val_max_objects and self.val_max_objects < self.min_objects:
+            raise ValueError(f"val_max_objects ({self.val_max_objects}) is below min_objects ({self.min_objects}); "
+                             "set it to 0 to validate on the training sizes")
+
+    @property
+    def val_objects(self) -> int:
+        """The validation tasks' largest size."""
+        return self.val_max_objects or self.max_objects
 
 
 # What `-P profile=paper` changes when the caller leaves the numbers at the small defaults.
 PROFILE_DEFAULTS = {
     "small": {},
-    "micro": {"n_train": 4, "n_val": 2, "eval_max_new_tokens": 24, "bootstrap": 200, "mode": "full",
+    "micro": {"n_train": 4, "n_val": 2, "val_max_objects": 0, "eval_max_new_tokens": 24, "bootstrap": 200, "mode": "full",
               "train_set": ("cycles=1", "updates_per_cycle=1")},
-    "paper": {"n_train": 1000, "n_val": 100, "max_objects": 6, "eval_budget": 6, "eval_max_new_tokens": 700,
+    "paper": {"n_train": 1000, "n_val": 100, "max_objects": 6, "val_max_objects": 0, "eval_budget": 6,
+              "eval_max_new_tokens": 700,
               "mode": "full"},
 }
 
@@ -258,14 +272,16 @@ class Pipeline:
                   "max_objects": c.max_objects, "seed": c.seed}
         if c.mode != "full":  # full-mode keys stay what they were before the mode existed
             params["mode"] = c.mode
+        if c.val_objects != c.max_objects:  # keys stay what they were where validation has the training sizes
+            params["val_max_objects"] = c.val_objects
 
         def body(run_id, key):
             out = self.work / f"prepare-{key}"
             out.mkdir(parents=True, exist_ok=True)
-            for split, n in (("train", c.n_train), ("val", c.n_val)):
+            for split, n, hi in (("train", c.n_train, c.max_objects), ("val", c.n_val, c.val_objects)):
                 self._omtr(["tasks", "generate", "--family", c.family, "--n", str(n), "--seed", str(c.seed),
                             "--split", split, "--min-objects", str(c.min_objects), "--max-objects",
-                            str(c.max_objects), "--out", str(out / f"{split}.jsonl")]
+                            str(hi), "--out", str(out / f"{split}.jsonl")]
                            + (["--given-domain"] if c.mode == "given" else []), run_id)
             self.mlflow.log_artifacts(str(out), "tasks")
             return {"train": "tasks/train.jsonl", "val": "tasks/val.jsonl"}
@@ -379,15 +395,25 @@ class Pipeline:
                 self._check_start(train, base)
                 args += ["--baseline-run", base.run_id,
                          "--baseline-metrics", str(self._download(base.run_id, "metrics.json"))]
+                # both evaluations' per-task records: the paired faithful difference and its interval
+                args += ["--traces", str(self._traces(ev)), "--baseline-traces", str(self._traces(base))]
             else:
                 self._say("[register] no evaluate-baseline step: registering without baseline.* tags "
                           "(promotion will not compare the version with its untrained model)")
             self._omtr(args, run_id)
             r = json.loads(out.read_text())
             return {"name": r["name"], "version": r["version"], "model_uri": r["model_uri"],
-                    "baseline": bool(r.get("baseline"))}
+                    "baseline": bool(r.get("baseline")), "paired": r.get("paired")}
 
         return self._step("register", params, body)
+
+    def _traces(self, ev: StepResult) -> Path:
+        """An evaluation run's per-task records (``omtr evaluate --track`` logs its traces.jsonl)."""
+        try:
+            return self._download(ev.run_id, "traces.jsonl")
+        except Exception as exc:  # an evaluation run without its records
+            raise StepFailed(f"the {ev.step} run {ev.run_id} has no traces.jsonl, so the paired faithful difference "
+                             f"cannot be computed ({str(exc).splitlines()[0]}); run that evaluation again") from None
 
     def _check_start(self, train: StepResult, base: StepResult) -> None:
         """The baseline must be the model the training run started from (its config.json's ``model``)."""
@@ -410,7 +436,8 @@ class Pipeline:
             rc = self._omtr(["promote", "--name", reg.info["name"], "--version", str(reg.info["version"]),
                              "--rule", c.rule, "--json", str(out)], run_id, ok=(0, 1))
             d = json.loads(out.read_text())
-            return {"promoted": rc == 0, "reason": d["reason"], "version": reg.info["version"]}
+            return {"promoted": rc == 0, "reason": d["reason"], "version": reg.info["version"],
+                    "baseline_check": d.get("baseline_check"), "paired": d.get("paired")}
 
         return self._step("promote", params, body)
 
@@ -444,6 +471,9 @@ class Pipeline:
             mlflow.log_dict(summary, "pipeline.json")
             for s, r in self.results.items():
                 mlflow.set_tag(f"step.{s}.run_id", r.run_id)
+            paired = (self.results["register"].info.get("paired") or {}) if "register" in self.results else {}
+            if paired:
+                mlflow.log_metrics({f"paired.{k}": float(paired[k]) for k in ("diff", "low", "high", "tasks")})
             for step, prefix in (("evaluate", ""), ("evaluate-baseline", "baseline.")):
                 if step in self.results:
                     mlflow.log_metrics({prefix + k: float(v) for k, v in self.results[step].info.items()
