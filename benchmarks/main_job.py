@@ -11,8 +11,9 @@ run checks that ``omtr`` is imported from the clone). Every run starts from noth
 ``mlruns.db``, ``.omtr/pipeline`` working folder and registry. The SmolLM2 conversion cache
 (``$OMTR_CACHE``) is shared, as it is on a user's machine after the first run.
 
-Per run: wall-clock seconds, the trained model's and the untrained model's validation metrics, and
-the promotion decision (champion or challenger, and why), read from the job's parent run. With
+Per run: wall-clock seconds, the trained model's and the untrained model's validation metrics, the
+paired faithful difference and its interval (the version's baseline.faithful_diff* tags), and the
+promotion decision (champion or challenger, and why), read from the job's parent run. With
 several runs the summary gives each outcome's count and the range of the metrics.
 One JSON object to stdout (and ``--out``).
 """
@@ -77,8 +78,8 @@ def _outcome(clone: Path) -> dict:
     if not runs:
         return {"outcome": None}
     m = runs[0].data.metrics
-    row = {"tracking": db.name, "trained": {k: m.get(k) for k in ("success", "faithful", "calls")},
-           "untrained": {k: m.get(f"baseline.{k}") for k in ("success", "faithful", "calls")}}
+    row = {"tracking": db.name, "trained": {k: m.get(k) for k in ("success", "faithful", "calls", "tasks")},
+           "untrained": {k: m.get(f"baseline.{k}") for k in ("success", "faithful", "calls", "tasks")}}
     try:
         versions = client.search_model_versions("name='omtr-role-model'")
     except Exception:  # nothing registered
@@ -89,6 +90,11 @@ def _outcome(clone: Path) -> dict:
     decision = json.loads(mv.tags.get("omtr.promotion", "{}"))
     row.update({"version": mv.version, "outcome": "champion" if decision.get("promote") else "challenger",
                 "reason": decision.get("reason"), "baseline_check": decision.get("baseline_check")})
+    # the paired faithful difference (trained - untrained) the version was registered with
+    tags = {k[len("baseline."):]: v for k, v in mv.tags.items() if k.startswith("baseline.")}
+    if "faithful_diff" in tags:
+        row["paired"] = {"diff": float(tags["faithful_diff"]), "low": float(tags["faithful_diff_low"]),
+                         "high": float(tags["faithful_diff_high"]), "tasks": int(tags["paired_tasks"])}
     return row
 
 
@@ -116,6 +122,9 @@ def main() -> None:
             vals = [r[side][k] for r in out["runs"] if r.get(side) and r[side].get(k) is not None]
             if vals:
                 out["summary"][f"{side}.{k}"] = [min(vals), max(vals)]
+    diffs = [r["paired"]["diff"] for r in out["runs"] if r.get("paired")]
+    if diffs:
+        out["summary"]["paired.diff"] = [min(diffs), max(diffs)]
     text = json.dumps(out, indent=2, default=str)
     print(text)
     if args.out:
