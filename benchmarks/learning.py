@@ -96,6 +96,16 @@ def make_tasks(args, out: Path):
         train, test = [t.with_given_domain() for t in train], [t.with_given_domain() for t in test]
         probe = [t.with_given_domain() for t in probe]
     args.probe_tasks = probe
+    # PlanBench's own text (BlocksWorld and Mystery), domain given: never trained on, graded before and after.
+    args.pb_tasks = []
+    if args.planbench:
+        from omtr.tasks.planbench import import_planbench
+        from omtr.tasks.planbench_data import shipped_root
+
+        rng = random.Random(args.seed)
+        for fam in ("blocksworld", "mystery_blocksworld"):
+            pool = import_planbench(shipped_root(), [fam])
+            args.pb_tasks += [t.with_given_domain() for t in rng.sample(pool, min(args.planbench, len(pool)))]
     write_tasks(out / "train.jsonl", train)
     write_tasks(out / "test.jsonl", test)
     # The trainer and the policies see the tasks through omtr.tasks.training (no reference); the
@@ -155,6 +165,15 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
         g = out[f"b{b}"]
         log.info("  budget %d: %d/%d solved (%d with an empty plan), %d faithful", b, sum(x in SOLVED for x in g),
                  len(tasks), g.count("empty"), g.count("faithful"))
+    if args.pb_tasks:
+        pb = args.pb_tasks
+        eps = run_episodes([t.for_training() for t in pb], engine, pool, budget=1, judge=False,
+                           batch_size=args.eval_batch, sampling=Sampling(greedy=True, max_new_tokens=args.planbench_tokens))
+        out["planbench_tasks"] = [t.id for t in pb]
+        out["planbench"] = [grade(t, e) for t, e in zip(pb, eps)]
+        g = out["planbench"]
+        log.info("  PlanBench (BlocksWorld, Mystery), budget 1: %d/%d solved, %d faithful", sum(x in SOLVED for x in g),
+                 len(pb), g.count("faithful"))
     if args.pass_k:
         reps = [t for t in tasks for _ in range(args.pass_k)]
         eps = run_episodes(reps, engine, pool, budget=1, judge=True, batch_size=args.eval_batch,
@@ -197,6 +216,13 @@ def summarise(ev: dict, args) -> dict:
         g = ev["samples"]
         if g.count("faithful") + g.count("unfaithful"):
             s["samples"]["drift"] = round(g.count("unfaithful") / (g.count("faithful") + g.count("unfaithful")), 4)
+    if "planbench" in ev:
+        xs = ev["planbench"]
+        s["planbench"] = {name: bootstrap_ci([float(o in ok) for o in xs]) for name, ok in MEASURES.items()}
+        s["planbench"]["grades"] = {c: xs.count(c) for c in SOLVED + CATS[1:] if xs.count(c)}
+        for fam in ("blocksworld", "mystery"):
+            fx = [o for t, o in zip(ev["planbench_tasks"], xs) if fam in t and (fam != "blocksworld" or "mystery" not in t)]
+            s["planbench"][fam] = {name: bootstrap_ci([float(o in ok) for o in fx]) for name, ok in MEASURES.items()}
     for b in args.budgets:
         xs = ev[f"b{b}"]
         solved = xs.count("faithful") + xs.count("unfaithful")
@@ -213,6 +239,9 @@ def paired(before: dict, after: dict, args) -> dict:
         gb, ga = before.get(f"b{b}_grounding"), after.get(f"b{b}_grounding")
         if gb and ga:
             out[f"b{b}"]["grounding"] = bootstrap_ci([a - o for o, a in zip(gb, ga) if a is not None and o is not None])
+    if "planbench" in before and "planbench" in after:
+        out["planbench"] = {name: bootstrap_ci([float(a in ok) - float(o in ok) for o, a in
+                                                zip(before["planbench"], after["planbench"])]) for name, ok in MEASURES.items()}
     if "pass_k_success" in before and "pass_k_success" in after:  # pass@k on both sides (an --reuse-before run may skip it)
         out[f"pass@{args.pass_k}"] = {name: bootstrap_ci([float(a) - float(o) for o, a in
                                                           zip(before[f"pass_k_{name}"], after[f"pass_k_{name}"])])
@@ -274,6 +303,10 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32, help="held-out tasks (split over the families)")
     ap.add_argument("--minutes", type=float, default=30.0, help="training wall time per condition (0: --updates)")
     ap.add_argument("--updates", type=int, default=200, help="updates per condition at most")
+    ap.add_argument("--planbench", type=int, default=8,
+                    help="PlanBench tasks per family (BlocksWorld, Mystery BlocksWorld; domain given) graded before and "
+                         "after training, never trained on (0: none)")
+    ap.add_argument("--planbench-tokens", type=int, default=448, help="token limit of a PlanBench answer")
     ap.add_argument("--probe", type=int, default=8,
                     help="held-out probe tasks graded during training (the first N of a separate held-out draw; 0: none)")
     ap.add_argument("--probe-every", type=int, default=4, help="probe every K updates (and after the last)")
@@ -329,8 +362,9 @@ def main() -> None:
     else:
         model = build_model("small")
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    settings = {k: v for k, v in vars(args).items() if k not in ("set", "model_set")} | {
-        "set": dict(args.set), "model_set": dict(args.model_set), "out": str(out)}
+    settings = {k: v for k, v in vars(args).items() if k not in ("set", "model_set", "probe_tasks", "pb_tasks")} | {
+        "set": dict(args.set), "model_set": dict(args.model_set), "out": str(out),
+        "probe_tasks": [t.id for t in args.probe_tasks]} | {"pb_tasks": [t.id for t in args.pb_tasks]}
     result: dict = {"settings": settings, "conditions": {}}
 
     def save():
