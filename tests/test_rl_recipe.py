@@ -245,7 +245,8 @@ def test_recipe_settings_are_checked_and_the_paper_has_no_kl_and_zero_for_time_o
     assert small.advantage == "group" and small.samples_per_task >= 4 and small.dynamic_sampling
     assert small.judge_gate_auc > 0.5 and small.curriculum and not small.whiten_advantages
     assert small.ppo_epochs * small.minibatches > 1  # the clip can act
-    assert small.reward == "nontrivial" and paper.reward == "binary"  # empty plans earn nothing in the recipe
+    # empty plans and initial states no plan reaches earn nothing in the recipe; the paper: the bare verdict
+    assert small.reward == "supported" and paper.reward == "binary" and paper.judge_target == "verdict"
 
 
 # ------------------------------------------------------------------ through the trainer (micro)

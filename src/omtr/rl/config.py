@@ -321,7 +321,7 @@ def help_table() -> str:
 TRAIN_PROFILES: dict[str, TrainConfig] = {
     # The paper's settings: 8 cycles x 16 updates x 32 episodes (4,096 episodes; at ~2.9 planner calls
     # an episode, about 12,000 calls), one shared trainable backbone, PPO with a value baseline.
-    "paper": TrainConfig(profile="paper", model="paper", minibatches=4),
+    "paper": TrainConfig(profile="paper", model="paper", minibatches=4, judge_target="verdict"),
     # The small-model recipe on SmolLM2 (CPU): what moves a 135M model in tens of updates, after trl's
     # GRPO and DAPO. 8 samples of each task at 0.7, advantages normalised within each task's
     # group (no whitening across tasks), groups whose samples all got the same return replaced by
