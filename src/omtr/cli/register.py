@@ -12,11 +12,11 @@ EXAMPLES = """  omtr register --model-dir runs/demo/model --metrics eval/model/m
   omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json --train-run RUN_ID \\
       --eval-run RUN_ID --promote                          # then apply the promotion rule
   omtr register --model-dir runs/micro/model --name my-model --max-tasks 4 --json version.json
-  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \
+  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \\
       --baseline-run RUN_ID                                # the untrained model's evaluation run
-  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \
+  omtr register --model-dir runs/demo/model --metrics eval/model/metrics.json \\
       --baseline-metrics eval/untrained/metrics.json       # or its metrics.json
-  omtr register --model-dir runs/demo/model --metrics m.json --traces eval/model/traces.jsonl \
+  omtr register --model-dir runs/demo/model --metrics m.json --traces eval/model/traces.jsonl \\
       --baseline-metrics b.json --baseline-traces eval/untrained/traces.jsonl   # records kept elsewhere
 
 The new version gets the alias `challenger`, the evaluation's metrics as tags (metric.faithful,
