@@ -210,6 +210,21 @@ def test_schema_rejects_bad_requests_with_400(served, body, words):
     assert words in out["message"], out["message"][:500]
 
 
+def test_select_param_reaches_the_model_and_a_bad_value_is_400(served):
+    """``params`` ``select`` goes through MLflow's param schema to the loop: ``invariants`` answers with
+    its choice in the ``selection`` column (the endpoint's budget of 1: the greedy spec alone); an
+    unknown value is a 400 that names the field; the default stays greedy (``selection`` empty)."""
+    body = {"inputs": {"task": ["Put a on b."]}}
+    status, out = _invoke_or_error(served, {**body, "params": {"select": "invariants"}})
+    assert status == 200, out
+    sel = json.loads(out["predictions"][0]["selection"])
+    assert sel["mode"] == "invariants" and sel["candidates"] == 1 and sel["selected"] == 0
+    status, out = _invoke_or_error(served, body)
+    assert status == 200 and out["predictions"][0]["selection"] == ""
+    status, out = _invoke_or_error(served, {**body, "params": {"select": "majority"}})
+    assert status == 400 and "select must be one of greedy, invariants; got 'majority'" in out["message"]
+
+
 # ------------------------------------------------------------------------------- given domains
 
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM  # noqa: E402

@@ -7,6 +7,8 @@ import sys
 
 from omtr.cli import CliError, add_command
 
+SELECT_CHOICES = ("greedy", "invariants")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
+
 EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle          # harness check: 100%
   omtr evaluate --policy mutant:drop_goal_atom --tasks planbench.jsonl --out eval/mutant
@@ -26,6 +28,7 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy llm+p --backend hf:small --tasks pb_given.jsonl --out eval/llmp-given  # LLM+P as Liu et al.
   omtr evaluate --policy model --model small --tasks bw.jsonl --decoding plain --out eval/plain
   omtr evaluate --policy model --model small --tasks bw.jsonl --engine fast --out eval/fast
+  omtr evaluate --policy model --model small --tasks pb_given.jsonl --budget 4 --select invariants --out eval/select
 
 Policies: model (--model DIR|small|micro|paper), oracle, mutant:<kind> (a mutator of
 omtr.faithfulness.mutators), file:PATH ({"id", "domain", "problem"} per attempt, in order), and the
@@ -36,6 +39,12 @@ evaluated in the domain-given mode: every policy, baselines included, writes onl
 planner verifies it with the given domain, and the checker compares it with the reference problem.
 --out gets traces.jsonl, episodes.parquet, metrics.json (top-level success, faithful, drift as
 fractions and calls, then per-family blocks), figures/*.png and report.html.
+--select invariants (the model policy only) spends the budget on Actor samples instead of Editor
+repairs: the greedy spec first; while the answer is unsolved or its initial state breaks one of the
+domain's mutex invariants, a sample at temperature 0.7, one planner call each; the answer is the
+best candidate (solved with a plan, fewest broken invariants, agreement, earliest). Each trace line
+then has a "selection" block (candidates, broken counts, the chosen index and why) and metrics.json
+a "selection" summary. greedy (the default) is the Actor-then-Editor loop.
 """
 
 
@@ -85,6 +94,9 @@ def register(sub) -> None:
     p.add_argument("--tot-thought-tokens", type=int, default=None, metavar="N",
                    help="ToT: token limit of one thought (default 160)")
     p.add_argument("--budget", type=int, default=None, metavar="K", help="planner calls per task (default 6)")
+    p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
+                   help="greedy: the Actor's spec, then Editor repairs (default); invariants: Actor samples within "
+                        "the budget, the answer the one solved with no broken mutex invariant (the model policy only)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="episodes generated together (default 64)")
@@ -125,6 +137,9 @@ def run(args) -> int:
         raise CliError(f"--budget must be at least 1 (the Actor's spec), got {args.budget}")
     if args.workers < 1 or args.batch_size < 1:
         raise CliError("--workers and --batch-size must be at least 1")
+    if args.select != "greedy" and args.policy.partition(":")[0].lower() != "model":
+        raise CliError(f"--select {args.select} samples omtr's role model (--policy model); {args.policy} cannot be "
+                       "sampled that way: leave --select at greedy")
     traces = os.path.join(args.out, "traces.jsonl")
     if os.path.exists(traces) and not (args.resume or args.overwrite):
         raise CliError(f"{args.out} holds an evaluation; pass --resume to continue it or --overwrite to replace it")
@@ -157,7 +172,7 @@ def run(args) -> int:
     try:
         cfg = EvalConfig(budget=budget, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                          bootstrap=args.bootstrap, seed=args.seed, validate_log=not args.no_episode_log,
-                         figures=not args.no_report, full_check=args.full_check)
+                         figures=not args.no_report, full_check=args.full_check, select=args.select)
         solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
     except (ConfigError, ValueError) as exc:
         raise CliError(str(exc)) from None
@@ -272,6 +287,11 @@ def _print(m: dict, out: str) -> None:
         print(f"planner limits: {lim['timed_out']} time-outs, {lim['memory_out']} memory-outs, "
               f"{lim['too_large']} too large (counted as failed calls)")
     print(f"identical to reference: {m.get('identical_to_reference', 0)} solved final specs")
+    sel = m.get("selection")
+    if sel:
+        print(f"selection ({sel['mode']}): {sel['candidates_per_task']} candidates per task; greedy spec kept "
+              f"{sel['greedy_kept']} of {sel['episodes']}, answered with a later sample {sel['episodes'] - sel['greedy_kept']}; "
+              f"solved and unbroken {sel['accepted']}; chosen solved but broken {sel['chosen_solved_broken']}")
     pf = m.get("policy_file")
     if pf:
         print(f"attempts file: {pf['attempts']} attempts for {pf['tasks_with_attempts']} tasks; "
@@ -336,7 +356,7 @@ def _track(args, metrics: dict) -> None:
         flat[f"csr.h{c['h']}"] = c["value"] or 0.0
     with start_run(args.experiment, f"evaluate-{args.policy}"):
         mlflow.log_params({"policy": args.policy, "tasks": args.tasks, "budget": metrics["budget"],
-                           "model": args.model or "", "backend": args.backend, "decoding": args.decoding or "", "engine": args.engine or "hf",
+                           "model": args.model or "", "backend": args.backend, "select": args.select, "decoding": args.decoding or "", "engine": args.engine or "hf",
                            "modes": ",".join(sorted(metrics.get("modes") or {}))})
         mlflow.log_metrics(flat)
         mlflow.log_artifacts(args.out)

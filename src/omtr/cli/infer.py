@@ -1,4 +1,5 @@
-"""``omtr infer``: the Actor -> planner -> Editor loop, greedy, on any task file."""
+"""``omtr infer``: the Actor -> planner -> Editor loop, greedy, on any task file (``--select invariants``:
+Actor samples within the budget, the one breaking no mutex invariant chosen)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 
 from omtr.cli import CliError, add_command, finished_ids
 
+SELECT_CHOICES = ("greedy", "invariants")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
+
 EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jsonl
   omtr infer --model runs/model --tasks bw.jsonl --budget 6 --batch-size 8 --workers 2 --out traces.jsonl
   omtr infer --model small --tasks bw.jsonl --out traces.jsonl --resume     # continue a stopped run
@@ -16,6 +19,7 @@ EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jso
   omtr infer --model small --tasks g.jsonl --out traces.jsonl        # domain given: the model writes problems
   omtr infer --model small --tasks bw.jsonl --decoding plain --out traces.jsonl   # the grammar without scope rules
   omtr infer --model small --tasks bw.jsonl --engine fast --out traces.jsonl      # the fast CPU rollout engine
+  omtr infer --model small --tasks g.jsonl --budget 4 --select invariants --out traces.jsonl  # choose among samples
 
 --model is a model directory (omtr model init), a profile (small, micro, paper), or
 scripted:ANSWERS.jsonl, which replays fixed answers: one {"id": ..., "texts": ["<Actor's answer>",
@@ -26,6 +30,14 @@ writes only the problem, and the planner verifies the given domain with it; a gi
 does not lint stops the run before any model is loaded, naming the task. Each finished episode is appended to --out as one JSON line
 (id, success, planner_calls, final domain/problem/plan, and every step's text, spec, verdict, Judge
 score, token counts and times). A summary (solved, calls per task, categories) goes to stdout.
+
+--select invariants spends the budget on Actor samples instead of Editor repairs: the greedy spec
+first, and while the answer is unsolved or its initial state breaks one of the domain's mutex
+invariants (the given domain, or the spec's own in the full mode), one more sample at temperature
+0.7 (seeded --seed + round), one planner call each; the answer is the best candidate (solved with a
+plan, fewest broken invariants, agreement among the solved ones, earliest). Each trace line then
+carries "selection": the candidates, their verdicts and broken counts, the chosen index and why.
+A scripted answers line may hold "samples": [...], the answers a sampled Actor gives in turn.
 """
 
 
@@ -52,6 +64,11 @@ def register(sub) -> None:
                    help="token limit per answer (default 768)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--no-judge", action="store_true", help="skip the Judge's scores")
+    p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
+                   help="greedy: the Actor's spec, then Editor repairs (default); invariants: Actor samples within "
+                        "the budget, the answer the one solved with no broken mutex invariant")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="sampling seed under --select invariants (round r samples with N + r; default 0)")
     p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
                    help="decoding constraint: scoped (the grammar plus scope rules), plain (the grammar alone) "
                         "or off (free text); default: the model's (scoped)")
@@ -91,7 +108,8 @@ def _check_args(args) -> None:
 def run(args) -> int:
     _check_args(args)
     from omtr.config import ConfigError, EpisodeConfig, SolverConfig
-    from omtr.inference.episode import run_episodes, summarize
+    from omtr.inference.episode import summarize
+    from omtr.inference.select import run_with_select, selection_summary
     from omtr.inference.loading import load_policy
     from omtr.inference.policy import Sampling
     from omtr.inference.scripted import PolicyLoadError
@@ -127,9 +145,10 @@ def run(args) -> int:
     # a family's tasks side by side, so that their prompts meet in the prefix cache (the traces keep
     # finishing order; each line carries its task id)
     todo = sorted(todo, key=prompt_group)
-    sampling = Sampling(greedy=True)
+    seed = {"seed": args.seed} if args.select != "greedy" else {}  # greedy: exactly the loop's decoding
+    sampling = Sampling(greedy=True, **seed)
     if args.max_new_tokens:
-        sampling = Sampling(greedy=True, max_new_tokens=args.max_new_tokens)
+        sampling = Sampling(greedy=True, max_new_tokens=args.max_new_tokens, **seed)
 
     bar = Progress(len(todo), "episodes", quiet=args.quiet, batch=args.batch_size)
     mode = "a" if args.resume else "w"
@@ -139,12 +158,16 @@ def run(args) -> int:
             out.flush()
             bar.update()
 
-        episodes = run_episodes(todo, policy, pool, config=EpisodeConfig(), budget=args.budget,
-                                sampling=sampling, batch_size=args.batch_size, judge=not args.no_judge,
-                                on_episode=write)
+        try:
+            episodes = run_with_select(args.select, todo, policy, pool, config=EpisodeConfig(), budget=args.budget,
+                                       sampling=sampling, batch_size=args.batch_size, judge=not args.no_judge,
+                                       on_episode=write)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
     bar.close()
     summary = summarize(episodes)
     summary["skipped_as_done"] = len(done & {t.id for t in chosen})
+    summary["selection"] = selection_summary([ep.to_json() for ep in episodes])
     _print_summary(summary, args.out)
     return 0
 
@@ -152,8 +175,14 @@ def run(args) -> int:
 def _print_summary(s: dict, out: str) -> None:
     n = s["tasks"]
     pct = f"{100 * s['solve_rate']:.1f}%" if n else "-"
+    sel = s.get("selection")
+    later = "by a later sample" if sel else "after repair"
     print(f"tasks: {n}  solved: {s['solved']} ({pct})  by the Actor: {s['actor_solved']}  "
-          f"after repair: {s['repaired']}")
+          f"{later}: {s['repaired']}")
+    if sel:
+        print(f"selection ({sel['mode']}): {sel['candidates_per_task']} candidates per task; greedy spec kept "
+              f"{sel['greedy_kept']}; solved and unbroken {sel['accepted']}; chosen solved but broken "
+              f"{sel['chosen_solved_broken']}")
     if s.get("modes"):
         print("mode: " + ", ".join(f"{k} {v}" for k, v in s["modes"].items()))
     print(f"planner calls: {s['planner_calls']}  per task: {s['calls_per_task']}  "

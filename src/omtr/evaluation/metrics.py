@@ -104,6 +104,16 @@ def _cat(step: dict) -> str:
     return v.get("category") or "unknown"
 
 
+def final_index(rec: dict) -> int:
+    """The index of the step a record answers with: the last one, or under ``--select`` the chosen
+    candidate (``selection.selected``), which need not be the last drawn."""
+    steps = rec.get("steps") or []
+    sel = rec.get("selection")
+    if isinstance(sel, dict) and isinstance(sel.get("selected"), int) and 0 <= sel["selected"] < len(steps):
+        return sel["selected"]
+    return len(steps) - 1
+
+
 def _group(rec: dict) -> str:
     if not rec.get("success"):
         return "U"
@@ -164,7 +174,7 @@ def planning_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0
                      "shares": {c: _r(counts[c] / total) if total else 0.0 for c in CATEGORIES},
                      "dominant": counts.most_common(1)[0][0] if total else None})
     block["heatmap"] = heat
-    block["final_categories"] = dict(Counter(_cat((r.get("steps") or [{}])[-1]) for r in recs if r.get("steps")).most_common())
+    block["final_categories"] = dict(Counter(_cat(r["steps"][final_index(r)]) for r in recs if r.get("steps")).most_common())
 
     block["identical_to_reference"] = sum(bool((r.get("faithful") or {}).get("identical")) for r in recs)
     block["limits"] = limits_block(recs)
@@ -182,7 +192,7 @@ def _parseable(rec: dict) -> bool:
     steps = rec.get("steps") or []
     if not steps:
         return False
-    v = steps[-1].get("verdict") or {}
+    v = steps[final_index(rec)].get("verdict") or {}
     return bool(v.get("success")) or (v.get("category") not in (None, "syntax"))
 
 
@@ -197,7 +207,7 @@ def limits_block(recs: Sequence[dict]) -> dict[str, Any]:
             for k in LIMITS:
                 out[k] += bool((s.get("verdict") or {}).get(k))
         tasks += any(hit)
-        final += bool(hit and hit[-1])
+        final += bool(hit and hit[final_index(r)])
     out["calls"] = sum(out[k] for k in LIMITS)
     out["tasks"], out["final"] = tasks, final  # tasks with any limited call; tasks whose last call was one
     return out
@@ -207,12 +217,15 @@ def judge_candidates(recs: Sequence[dict], groups: Sequence[str]) -> dict[str, l
     """(task index, Judge score, group) per scored candidate: ``actor`` and ``pooled`` pools.
 
     Within an episode only the last spec can be solved (the loop stops at the first success), so
-    every earlier spec is U and the last is U, D or F as the task's final spec. A step without a
-    score (a policy that scores only the Actor's spec) is left out of the pooled pool."""
+    every earlier spec is U and the last is U, D or F as the task's final spec. Under ``--select``
+    the answer is the chosen candidate (:func:`final_index`); another solved candidate was never
+    graded, so it is left out. A step without a score (a policy that scores only the Actor's spec)
+    is left out of the pooled pool."""
     actor: list[tuple[int, float, str]] = []
     pooled: list[tuple[int, float, str]] = []
     for i, (r, g) in enumerate(zip(recs, groups)):
         steps = r.get("steps") or []
+        last = final_index(r)
         for j, st in enumerate(steps):
             score = st.get("judge_score")
             if score is None and j == 0:
@@ -220,7 +233,9 @@ def judge_candidates(recs: Sequence[dict], groups: Sequence[str]) -> dict[str, l
             if score is None:
                 continue
             solved = bool((st.get("verdict") or {}).get("success"))
-            cg = (g if j == len(steps) - 1 else "U") if solved else "U"
+            if solved and j != last:
+                continue  # a solved candidate --select did not answer with: not graded
+            cg = (g if j == last else "U") if solved else "U"
             if cg in ("U", "D", "F"):
                 pooled.append((i, float(score), cg))
                 if j == 0:

@@ -151,7 +151,10 @@ def check_resume(out: Path, key: dict[str, Any], done: dict[str, dict]) -> None:
     else:  # an older folder without run.json: its traces name the policy
         first = next(iter(done.values()), None) or {}
         old = {"policy": first.get("policy")} if first else {}
-    for field_name, label in (("policy", "policy"), ("budget", "budget"), ("solver", "solver config")):
+    # a key without "select" (a greedy run, or a folder from before --select) ran the greedy loop
+    old, key = {**old, "select": old.get("select") or "greedy"}, {**key, "select": key.get("select") or "greedy"}
+    for field_name, label in (("policy", "policy"), ("budget", "budget"), ("select", "selection mode"),
+                              ("solver", "solver config")):
         if field_name not in old or old[field_name] is None or key.get(field_name) is None:
             continue
         if old[field_name] != key[field_name]:

@@ -57,8 +57,18 @@ class EvalConfig:
         "help": "run the checker's mapping search even on specs identical to the reference"})
     judge_all_steps: bool = field(default=True, metadata={
         "help": "score the Editor's specs with the Judge too (the paper's pooled AUC), not only the Actor's"})
+    select: str = field(default="greedy", metadata={
+        "help": "greedy (the Actor, then Editor repairs) or invariants (Actor samples within the budget, the one "
+                "breaking no mutex invariant chosen; omtr.inference.select)"})
 
     def __post_init__(self) -> None:
+        from omtr.config import ConfigError
+        from omtr.inference.select import check_select
+
+        try:
+            check_select(self.select)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if self.budget < 1:
             raise ValueError(f"the budget must be at least 1 planner call (the Actor's spec), got {self.budget}")
         if self.batch_size < 1:
@@ -192,8 +202,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     ``tasks_file``) go into the provenance; a resumed run under another policy, budget or solver
     config raises :class:`~omtr.evaluation.provenance.RunMismatch` before anything is written."""
     from omtr.evaluation import provenance as prov
-    from omtr.inference.episode import run_episodes
     from omtr.inference.policy import Sampling
+    from omtr.inference.select import run_with_select
 
     cfg = config or EvalConfig()
     out = Path(out_dir)
@@ -205,6 +215,11 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     tasks = [t for t in tasks if str(t.id) not in excluded]
     solver = prov.solver_settings(solver_config if solver_config is not None else getattr(env, "config", None))
     key = prov.run_key(policy=name, budget=cfg.budget, solver=solver)
+    if cfg.select != "greedy":  # a greedy run's key stays what it always was
+        key["select"] = cfg.select
+    if cfg.select != "greedy" and (getattr(policy, "routes_by_id", False) or getattr(policy, "writes_plans", False)):
+        raise ValueError(f"select={cfg.select} samples the policy's Actor; {name} replays fixed answers or writes "
+                         "plans, so there is nothing to sample: use select=greedy")
     if resume and done:
         prov.check_resume(out, key, done)
     if not resume and traces.exists():
@@ -218,7 +233,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                   "sha256": prov.sha256_file(info["tasks_file"]) if info.get("tasks_file") else None,
                   "count": len(tasks), "task_set": prov.task_set_hash(tasks)},
         "eval": {"seed": cfg.seed, "bootstrap": cfg.bootstrap, "max_new_tokens": cfg.max_new_tokens,
-                 "greedy": True, "judge_all_steps": cfg.judge_all_steps, "full_check": cfg.full_check},
+                 "greedy": cfg.select == "greedy", "select": cfg.select, "judge_all_steps": cfg.judge_all_steps,
+                 "full_check": cfg.full_check},
     }
     prov.write_run_file(out, key, provenance)
     by_id = {str(t.id): t for t in tasks}
@@ -273,8 +289,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                 write(rec)
             groups = {}
         for k, group in sorted(groups.items()):
-            run_episodes(group, policy, env, budget=k, sampling=sampling, batch_size=cfg.batch_size,
-                         judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
+            run_with_select(cfg.select, group, policy, env, budget=k, sampling=sampling, batch_size=cfg.batch_size,
+                            judge=getattr(policy, "uses_judge", True), on_episode=finish_episode)
         timing["loop_s"] = time.perf_counter() - tl
         if transfer:
             benches = transfer_benchmarks()
@@ -317,6 +333,11 @@ def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name
             modes[r.get("mode") or "full"] = modes.get(r.get("mode") or "full", 0) + 1
     metrics["modes"] = dict(sorted(modes.items()))  # full | domain-given: who wrote the domain
     metrics["excluded"] = {"count": len(excluded or {}), "ids": sorted(excluded or {})[:50]}
+    from omtr.inference.select import selection_summary
+
+    selection = selection_summary(records)
+    if selection is not None:  # --select invariants: which candidate each episode answered with, and why
+        metrics["selection"] = selection
     if provenance is None and (out / "run.json").is_file():
         provenance = json.loads((out / "run.json").read_text(encoding="utf-8")).get("provenance")
     metrics["provenance"] = provenance

@@ -73,14 +73,14 @@ def _plan(arg, *, tasks, backend, options, **_):
 
 
 @register_policy("model", "a trained omtr role model (--model DIR or a profile), greedy")
-def _model(arg, *, model, options, **_):
+def _model(arg, *, model, tasks, options, **_):
     from omtr.inference.loading import load_policy
 
     spec = arg or model
     if not spec:
         raise UnknownPolicy("policy 'model' needs --model DIR (or a profile: small, micro, paper)")
     kw = {k: options[k] for k in ("device", "decoding", "engine") if options.get(k)}
-    policy = load_policy(spec, **kw)
+    policy = load_policy(spec, tasks=tasks, **kw)  # tasks: scripted:FILE keys its answers by task id
     return policy
 
 

