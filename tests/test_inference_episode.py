@@ -12,6 +12,8 @@ from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, MALFORMED
 from omtr.spec.categories import Category
 from omtr.tasks.training import TrainingTask
 
+from env_helpers import CountingEnv
+
 GOOD = f"```pddl\n{BW_DOMAIN}```\n```pddl\n{BW_PROBLEM}```"
 BY_NAME = {e.name: e for e in MALFORMED}
 
@@ -30,16 +32,6 @@ NO_SPEC = "I am not sure how to write this."
 def _task(i: int, family: str | None = "blocksworld") -> TrainingTask:
     return TrainingTask(f"t{i}", family, None, f"Task number {i}: put block a on block b, then b on c.")
 
-
-class CountingEnv:
-    """The real pool, with a record of every batch it was sent."""
-
-    def __init__(self, pool):
-        self.pool, self.batches = pool, []
-
-    def solve_many(self, specs):
-        self.batches.append(len(specs))
-        return self.pool.solve_many(specs)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from omtr.solver import SolverPool
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM
 from omtr.tasks.training import TrainingTask
 
+from env_helpers import CountingEnv
+
 
 def _problem(init: str, goal: str, name: str = "p") -> str:
     return f"(define (problem {name}) (:domain bw4) (:objects a b c)\n (:init {init})\n (:goal (and {goal})))"
@@ -41,16 +43,6 @@ UNSOLVABLE = _fenced(_problem("(handempty) (ontable a) (clear a) (ontable b) (cl
                               "(on a b) (on b a)"))
 NO_SPEC = "I cannot write this one."
 
-
-class CountingEnv:
-    """The real pool, with a record of every spec it was sent."""
-
-    def __init__(self, pool):
-        self.pool, self.batches = pool, []
-
-    def solve_many(self, specs):
-        self.batches.append(len(specs))
-        return self.pool.solve_many(specs)
 
 
 class Recorder(ScriptedPolicy):
