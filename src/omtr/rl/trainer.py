@@ -317,11 +317,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         t0 = time.perf_counter()
         start, mine = self.rank_tasks()
         self.rollout_task_ids = [t.id for t in mine]
-        for m in self.distinct:
-            m.eval()
-        self._refresh_s = sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
-        engines = {r: self.engines[id(m)] for r, m in self.models.items()}
-        policy = engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)
+        policy, self._refresh_s = self._rollout_policy()
         gate_open = cfg.use_judge and self.judge_gate.open  # decided on earlier updates' specs
         # Episodes are numbered within the cycle, over the whole batch: this rank's come after the
         # lower ranks' (contiguous shares). Dynamic sampling's replacement rounds number on inside
@@ -399,13 +395,19 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             self._log_metrics(metrics, log_path, validation)
         return metrics
 
-    def _run_probe(self, env) -> dict:
-        """The held-out probe on the policy as it now is (engines refreshed after the update)."""
+    def _rollout_policy(self):
+        """The policy the rollouts (and the probe) generate with: the models in eval mode, stale
+        engines refreshed to the current parameters; returns it with the seconds the refresh took."""
         for m in self.distinct:
             m.eval()
-        self._refresh_s += sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
+        refresh_s = sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
         engines = {r: self.engines[id(m)] for r, m in self.models.items()}
-        policy = engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)
+        return (engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)), refresh_s
+
+    def _run_probe(self, env) -> dict:
+        """The held-out probe on the policy as it now is (engines refreshed after the update)."""
+        policy, refresh_s = self._rollout_policy()
+        self._refresh_s += refresh_s
         try:
             return {k: float(v) for k, v in self.probe(policy, env).items()}
         except Exception as exc:  # a probe is a measurement: it never stops training
