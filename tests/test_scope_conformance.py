@@ -20,7 +20,7 @@ pytest.importorskip("xgrammar")
 
 from omtr.config import MODEL_PROFILES  # noqa: E402
 from omtr.evaluation.spelling import english_names, spelled_problem  # noqa: E402
-from omtr.inference.statement import RULE_FACTS, RULE_OBJECTS, read_statement, statement_objects  # noqa: E402
+from omtr.inference.statement import RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, read_statement, statement_objects  # noqa: E402
 from omtr.model.grammar import GrammarLimits, statement_limits  # noqa: E402
 from omtr.model.scope_check import check_spec  # noqa: E402
 from omtr.spec.model import parse_problem  # noqa: E402
@@ -72,7 +72,7 @@ def test_every_planbench_configuration_admits_its_reference(planbench, mode):
             r = _check(t, spelled_problem(t), mode)
             if not r.admitted:
                 refused.append((config, t.id, r.rule, r.part, r.at))
-            assert r.rules == "scoped+objects+facts", (t.id, r.rules)  # PlanBench's layout: every rule applies
+            assert r.rules == "scoped+objects+facts+predicates", (t.id, r.rules)  # PlanBench's layout: every rule applies
     assert not refused, refused
 
 
@@ -161,7 +161,7 @@ def test_the_rules_stand_aside_where_the_reading_is_not_sure(planbench):
 def test_mystery_names_are_its_one_letter_objects(planbench):
     for t in planbench["mystery_blocksworld"][:40]:
         r = read_statement(t.nl)
-        assert r.layout == "planbench" and r.rules == (RULE_OBJECTS, RULE_FACTS)
+        assert r.layout == "planbench" and r.rules == (RULE_OBJECTS, RULE_FACTS, RULE_PREDICATES)
         assert set(r.names) == set(english_names(t).values()), t.id
         init = parse_problem(t.reference.problem).init
         # every atom with arguments is one clause of the statement, in the same order
@@ -220,7 +220,7 @@ def test_scope_check_command_writes_a_verdict_per_spec_and_refuses_bad_rows(tmp_
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["id"], r["admitted"], r["rule"]) for r in rows] == [
         (tasks[0].id, True, None), (tasks[1].id, True, None), (tasks[0].id, False, "statement_facts")]
-    assert isinstance(rows[2]["at"], int) and rows[0]["rules"] == "scoped+objects+facts"
+    assert isinstance(rows[2]["at"], int) and rows[0]["rules"] == "scoped+objects+facts+predicates"
     # the micro profile's settings (no tighter bounds) admit them too
     p = _cli("--tasks", "tasks.jsonl", "--specs", "specs.jsonl", "--out", "m.jsonl", "--model", "micro", cwd=tmp_path)
     assert p.returncode == 0 and len((tmp_path / "m.jsonl").read_text().splitlines()) == 3

@@ -207,13 +207,13 @@ def test_every_episode_records_the_rules_it_ran_under(micro):
              TrainingTask("g2", "gripper", None, free, domain=examples.GRIPPER_DOMAIN)]
     with SolverPool(1) as pool:
         eps = run_episodes(tasks, micro, pool, budget=1, judge=False, sampling=Sampling(greedy=True, max_new_tokens=40))
-    assert [e.rules for e in eps] == ["scoped+objects+facts", "scoped"]  # the free English: the rules stand aside
-    assert [e.to_json()["rules"] for e in eps] == ["scoped+objects+facts", "scoped"]
+    assert [e.rules for e in eps] == ["scoped+objects+facts+predicates", "scoped"]  # the free English: the rules stand aside
+    assert [e.to_json()["rules"] for e in eps] == ["scoped+objects+facts+predicates", "scoped"]
     assert "stand aside" in eps[1].to_json()["reading"]  # the trace says why
     rows = rows_from_traces(eps, "run", 0)
-    assert {r["task_id"]: r["rules"] for r in rows} == {"g1": "scoped+objects+facts", "g2": "scoped"}
+    assert {r["task_id"]: r["rules"] for r in rows} == {"g1": "scoped+objects+facts+predicates", "g2": "scoped"}
     m = compute_metrics([e.to_json() for e in eps], bootstrap=20)
-    assert m["overall"]["rules"] == {"scoped+objects+facts": 1, "scoped": 1}
+    assert m["overall"]["rules"] == {"scoped+objects+facts+predicates": 1, "scoped": 1}
     reading = read_statement(GRIPPER_NL)
     old = micro.cfg
     try:

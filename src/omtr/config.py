@@ -330,6 +330,19 @@ class ModelConfig:
                           "when every such clause has its atom; the predicates stay the model's choice. Read "
                           "from the English alone. False: the names only."},
     )
+    statement_predicates: bool = field(
+        default=True,
+        metadata={"help": "With statement_facts, a clause whose words name exactly one of the domain's predicates "
+                          "(\"planet object b\": planet; \"on the table\": ontable; \"harmony\") takes an atom of "
+                          "that predicate; a clause whose words name none, or two alike, leaves it to the model. "
+                          "False: the predicates stay the model's choice."},
+    )
+    grammar_limits: dict = field(
+        default_factory=dict,
+        metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "
+                          "(names of omtr.model.grammar.GrammarLimits; empty: its defaults). A small model that "
+                          "repeats itself is forced to close the domain and the problem within its token budget."},
+    )
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "

@@ -188,7 +188,8 @@ def _scope_check(args: argparse.Namespace) -> int:
                 try:
                     r = check_spec(task.nl, row["problem"], domain=dom, given=task.domain,
                                    constraint=cfg.constraint, statement_objects=cfg.statement_objects,
-                                   statement_facts=cfg.statement_facts, limits=limits)
+                                   statement_facts=cfg.statement_facts,
+                                   statement_predicates=getattr(cfg, "statement_predicates", True), limits=limits)
                 except GivenDomainError as exc:
                     raise CliError(f"{where}: task {sid!r}: {exc}") from None
                 counts["admitted" if r.admitted else "refused"] += 1

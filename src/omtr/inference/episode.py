@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
-from omtr.inference.policy import Generation, Policy, Sampling
+from omtr.inference.policy import ContextOverflow, Generation, Policy, Sampling
 from omtr.inference.statement import read_statement, statement_objects
 from omtr.solver.verdict import Verdict
 from omtr.tasks.training import TrainingTask, task_mode
@@ -152,7 +152,7 @@ def decoding_rules(policy, reading) -> str:
     from omtr.model.scope_check import rules_label
 
     return rules_label(cfg.constraint, reading, getattr(cfg, "statement_objects", True),
-                       getattr(cfg, "statement_facts", True))
+                       getattr(cfg, "statement_facts", True), getattr(cfg, "statement_predicates", True))
 
 
 def _training_view(task) -> TrainingTask:
@@ -251,11 +251,15 @@ class _Runner:
         by_id = {"task_ids": [self.episodes[i].task.id for i in batch]} if getattr(self.policy, "routes_by_id", False) else {}
         if getattr(self.policy, "takes_objects", False):  # the scope rules' statement names (omtr's role model)
             by_id["objects"] = [statement_objects(self.episodes[i].task.nl) for i in batch]
-        if given:  # the batch's given domains: the policy writes (and scopes) a problem for each
-            gens = self.policy.generate(role, prompts, self.sampling, stop_when=problem_complete,
-                                        domains=[self.episodes[i].task.domain for i in batch], **by_id)
-        else:
-            gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete, **by_id)
+        try:
+            if given:  # the batch's given domains: the policy writes (and scopes) a problem for each
+                gens = self.policy.generate(role, prompts, self.sampling, stop_when=problem_complete,
+                                            domains=[self.episodes[i].task.domain for i in batch], **by_id)
+            else:
+                gens = self.policy.generate(role, prompts, self.sampling, stop_when=spec_complete, **by_id)
+        except ContextOverflow as exc:  # name the task the answer would not fit for
+            task = self.episodes[batch[exc.row]].task.id if exc.row is not None and exc.row < len(batch) else "?"
+            raise ContextOverflow(f"task {task!r}: {exc}", row=exc.row) from None
         gen_ms = (time.perf_counter() - t) * 1000
         if len(gens) != len(batch):
             raise RuntimeError(f"the policy returned {len(gens)} generations for {len(batch)} prompts")

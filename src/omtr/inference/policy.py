@@ -27,6 +27,18 @@ class Sampling:
     top_p: float = 0.95
     max_new_tokens: int = 768
     seed: int | None = None
+    # A PDDL answer under omtr's decoder may take more than max_new_tokens where its task's statement
+    # needs it (omtr.model.grammar.answer_tokens: names and clauses); False keeps the limit fixed.
+    fit_statement: bool = True
+
+
+class ContextOverflow(ValueError):
+    """A prompt with the answer its task needs does not fit the model's context. ``row``: the
+    prompt's index in its batch (the episode loop names the task)."""
+
+    def __init__(self, message: str, row: int | None = None):
+        super().__init__(message)
+        self.row = row
 
 
 @dataclass

@@ -47,8 +47,15 @@ TEMPLATE_WORDS = frozenset(
     "as initial conditions i have that my goal is to the a an of on in at top and are be it its "
     "with by from for".split())
 
-RULE_OBJECTS = "objects"  # the statement's names are the problem's first objects
+RULE_OBJECTS = "objects"  # the statement's names are the problem's first objects (and, sure, its only ones)
 RULE_FACTS = "facts"  # each :init / goal atom over the names stands for one clause
+RULE_PREDICATES = "predicates"  # a clause whose words name one predicate has an atom of that predicate
+# Words that join a clause's other words without naming anything: skipped when a predicate's name
+# is matched against the words ("on the table": ontable; "the hand is empty": handempty).
+FILLER_WORDS = frozenset("the a an is are be being been".split())
+# Words after which a clause does not say a plain fact (the rule stands aside).
+_NEGATING = frozenset("not no never nothing none".split())
+_MATCH_SPAN = 4  # a predicate's name is matched against at most this many consecutive words
 
 
 def _norm(word: str) -> str:
@@ -86,6 +93,7 @@ class Reading:
     init: tuple[Clause, ...] = ()
     goal: tuple[Clause, ...] = ()
     why: str = ""
+    words: frozenset = frozenset()  # every word of the task's text as it is spelled (lower case)
 
     @property
     def norm_names(self) -> frozenset:
@@ -97,8 +105,15 @@ class Reading:
         if not self.names or self.layout == "none":
             return ()
         if self.layout == "planbench":
-            return (RULE_OBJECTS, RULE_FACTS)
+            return (RULE_OBJECTS, RULE_FACTS, RULE_PREDICATES)
         return (RULE_OBJECTS,)
+
+    @property
+    def closed(self) -> bool:
+        """Is the reading sure that the statement names every object (PlanBench's layout)? Then a
+        problem declares no object the statement does not name, except for its clauses that name
+        nothing, and those only with words of the task's own text (:attr:`words`)."""
+        return self.layout == "planbench" and bool(self.names)
 
     @property
     def facts(self) -> tuple[tuple, tuple]:
@@ -111,6 +126,40 @@ class Reading:
         return (sum(1 for c in self.init if not c.key and c.says_something),
                 sum(1 for c in self.goal if not c.key and c.says_something))
 
+
+def clause_predicate(clause: Clause, predicates: dict) -> str | None:
+    """The predicate a clause's own words name, or None where the words do not settle it.
+
+    ``predicates``: a domain's predicates (name -> argument types). A predicate is named when its
+    name, without ``-``/``_``, is one of the clause's words other than its names, or several such
+    words in a row with :data:`FILLER_WORDS` skipped ("on the table": ``ontable``; "in the city":
+    ``in-city``). A clause with names takes only a predicate of as many arguments as it has names;
+    where several are named the one matching the most words wins, and a tie, a negated clause
+    ("is not clear") or no match at all gives None (the rule stands aside). Read from the English
+    and the domain's declared names alone, never from a reference."""
+    if not predicates or any(w in _NEGATING for w in clause.words):
+        return None
+    names = set(clause.key)
+    content = [w for w in clause.words if w and w not in FILLER_WORDS and w not in names]
+    spans: dict[str, int] = {}
+    for i in range(len(content)):
+        joined = ""
+        for j in range(i, min(i + _MATCH_SPAN, len(content))):
+            joined += content[j]
+            spans.setdefault(joined, j - i + 1)
+            spans[joined] = max(spans[joined], j - i + 1)
+    best: list[tuple[int, str]] = []
+    for p, args in predicates.items():
+        n = spans.get(_norm(p.lower()))
+        if n is None or (clause.key and len(args) != len(clause.key)):
+            continue
+        best.append((n, p))
+    if not best:
+        return None
+    best.sort(reverse=True)
+    if len(best) > 1 and best[0][0] == best[1][0]:
+        return None
+    return best[0][1]
 
 
 def _names_in(words: list[str], described: set[str]) -> list[str]:
@@ -156,19 +205,22 @@ def read_statement(nl: str) -> Reading:
 
     init, goal = clauses(init_text), clauses(goal_text)
     names = tuple(spelled.values())
+    words = frozenset(w.strip("-_") for w in _WORD.findall(text) if _SPELLED.fullmatch(w.strip("-_") or "0"))
     if not names:
         return Reading("none", init=init, goal=goal, why="the statement names no object: the statement rules stand aside")
     planbench = bool(_INIT_LEAD.search(init_text)) and bool(m) and bool(_GOAL_LEAD.search(stmt))
     if planbench:
         return Reading("planbench", names, init, goal,
-                       why=f"PlanBench layout: {len(names)} names, {sum(1 for c in init + goal if c.key)} clauses with names")
+                       why=f"PlanBench layout: {len(names)} names, {sum(1 for c in init + goal if c.key)} clauses with names",
+                       words=words)
     # Another layout: only identifiers are sure to be names ("stays" in "the yellow block stays" is not)
     sure = tuple(n for n in names if _IDENT.fullmatch(n))
     if not sure:
         return Reading("none", init=init, goal=goal,
                        why="a statement not in PlanBench's layout and without identifiers: the statement rules stand aside")
     return Reading("statement", sure, init, goal,
-                   why=f"{len(sure)} identifiers in a statement not in PlanBench's layout: the names rule only")
+                   why=f"{len(sure)} identifiers in a statement not in PlanBench's layout: the names rule only",
+                   words=words)
 
 
 # ------------------------------------------------------------------ the views the rest of omtr uses
@@ -187,21 +239,49 @@ class StatementNames(list):
     """The statement's names (a list, spelled as the statement spells them) that the episode loop
     hands to ``generate(objects=...)``, with the :class:`Reading` they come from (``reading``) and
     its facts: ``facts = (init_keys, goal_keys)`` (or None when the reading is not sure enough for
-    the facts rule), ``nameless`` per part."""
+    the facts rule), ``nameless`` per part. ``extra_words``: where the reading is sure the statement
+    names every object (:attr:`Reading.closed`), the words an object of the problem's own may be (the
+    task's words, for its clauses that name nothing); None: any name. ``predicates``: the predicates
+    rule is on (:func:`clause_predicate`)."""
 
     reading: Reading | None = None
     facts: tuple | None = None
     nameless: tuple = (0, 0)  # per part, the clauses that name nothing ("the hand is empty")
     require: bool = True  # False: the names only size the grammar's bounds (statement_objects off)
+    extra_words: frozenset | None = None
+    predicates: bool = False
 
-    def view(self, *, require: bool = True, facts: bool = True) -> "StatementNames":
+    def view(self, *, require: bool = True, facts: bool = True, predicates: bool = True) -> "StatementNames":
         """A copy for the decoder: ``require=False`` keeps the names for sizing the bounds only;
-        ``facts=False`` drops the facts (the names rule alone)."""
+        ``facts=False`` drops the facts (the names rule alone); ``predicates=False`` keeps the facts
+        but not the predicates their words name."""
         got = StatementNames(self)
         got.reading, got.require = self.reading, require
+        if require:
+            got.extra_words = self.extra_words
         if facts and require:
             got.facts, got.nameless = self.facts, self.nameless
+            got.predicates = predicates and self.predicates
         return got
+
+    def clause_facts(self, predicates: dict | None = None) -> dict:
+        """Per part (``init``, ``goal``): ``(named, free)``, the clauses an atom must stand for:
+        ``named`` as ``(key, predicate)`` for each clause with names, ``free`` a predicate for each
+        clause that names nothing. A predicate is the one the clause's words name
+        (:func:`clause_predicate` over the domain's ``predicates``) under the predicates rule, None
+        otherwise (any predicate). Empty without facts."""
+        r = self.reading
+        out = {"init": ((), ()), "goal": ((), ())}
+        if self.facts is None or r is None:
+            return out
+
+        def bind(c: Clause):
+            return clause_predicate(c, predicates) if self.predicates and predicates else None
+
+        for part, clauses in (("init", r.init), ("goal", r.goal)):
+            out[part] = (tuple((c.key, bind(c)) for c in clauses if c.key),
+                         tuple(bind(c) for c in clauses if not c.key and c.says_something))
+        return out
 
 
 def names_of(reading: Reading) -> StatementNames | None:
@@ -210,22 +290,27 @@ def names_of(reading: Reading) -> StatementNames | None:
         return None
     got = StatementNames(reading.names)
     got.reading = reading
+    if reading.closed:
+        got.extra_words = reading.words
     if RULE_FACTS in reading.rules:
         got.facts = reading.facts
         got.nameless = reading.nameless
+        got.predicates = RULE_PREDICATES in reading.rules
     return got
 
 
-def decoder_objects(names, statement_objects: bool = True, statement_facts: bool = True):
+def decoder_objects(names, statement_objects: bool = True, statement_facts: bool = True,
+                    statement_predicates: bool = True):
     """What the decoder's ``objects`` argument holds for a task's names under a model's settings
-    (``statement_objects``, ``statement_facts`` of :class:`omtr.config.ModelConfig`): the names with
-    their facts, the names alone, or the names only for sizing the grammar's bounds; None for none.
+    (``statement_objects``, ``statement_facts``, ``statement_predicates`` of
+    :class:`omtr.config.ModelConfig`): the names with their facts (and the predicates the facts'
+    words name), the names alone, or the names only for sizing the grammar's bounds; None for none.
     :meth:`omtr.model.roles.RoleModel.generate` and :mod:`omtr.model.scope_check` both use it."""
     if not names:
         return None
     if not isinstance(names, StatementNames):
         return tuple(names) if statement_objects else None  # names from elsewhere: no reading, no facts
-    return names.view(require=statement_objects, facts=statement_facts)
+    return names.view(require=statement_objects, facts=statement_facts, predicates=statement_predicates)
 
 
 def statement_objects(nl: str) -> StatementNames | None:

@@ -87,6 +87,46 @@ def statement_limits(limits: GrammarLimits, objects) -> GrammarLimits:
     return GrammarLimits(**{**limits.__dict__, **changes}) if changes else limits
 
 
+# How an answer's token limit is sized from its statement (:func:`answer_tokens`): characters per
+# token of PDDL under a byte-level BPE (SmolLM2 writes PlanBench's problems at 2.0-2.7, generated ones at
+# 2.6-3.4; the lowest is taken), the share added on top for the model's own spacing and names, and the domain's share
+# of a full-mode answer (PlanBench's domains take 330-740 SmolLM2 tokens, generated ones 280-490).
+ANSWER_CHARS_PER_TOKEN = 2.0
+ANSWER_MARGIN = 1.25
+FULL_DOMAIN_TOKENS = 640
+
+
+def answer_tokens(objects, given=None) -> int:
+    """The tokens a problem stating everything this task's statement says takes, with a margin: a
+    header, every name declared (with a type where the domain is typed), an atom per clause (the
+    domain's longest predicate over the clause's names), one static fact per name (PlanBench's
+    Logistics never states ``(truck t0)``) and the goal; in the full mode (``given`` None) the
+    domain's share (:data:`FULL_DOMAIN_TOKENS`) on top. 0 without a reading of the statement. Sized
+    as :func:`statement_limits` sizes the grammar's bounds, from the English alone."""
+    reading = getattr(objects, "reading", None)
+    if not objects or reading is None:
+        return 0
+    spelled = {n.replace("_", "").replace("-", ""): n for n in objects}
+    preds = dict(given.predicates) if given is not None else {}
+    pred_len = max((len(p) for p in preds), default=12)
+    typed = given is None or bool({":typing", ":adl"} & set(given.flags))
+    type_len = max((len(t) for t in (given.types if given is not None else ())), default=10) if typed else 0
+
+    def atom(key) -> int:  # "\n    (pred a b)"
+        return 8 + pred_len + sum(len(spelled.get(k, k)) + 1 for k in key)
+
+    chars = 120 + len(getattr(given, "name", "") or "") * 2  # (define (problem ..) (:domain ..)
+    chars += sum(len(n) + 1 + (type_len + 3 if typed else 0) for n in objects)
+    free_init, free_goal = reading.nameless
+    chars += sum(atom(c.key) for c in reading.init if c.key) + free_init * atom(("object",))
+    chars += sum(atom(c.key) for c in reading.goal if c.key) + free_goal * atom(("object",)) + 16
+    statics = given is None or any(len(a) == 1 and p not in given.fluents for p, a in preds.items())
+    if statics:  # a static fact per name, where the domain has unary static predicates
+        chars += sum(atom((n,)) for n in objects)
+    tokens = int(ANSWER_MARGIN * chars / ANSWER_CHARS_PER_TOKEN) + 16
+    return tokens + (FULL_DOMAIN_TOKENS if given is None else 0)
+
+
 def problem_limits(limits: GrammarLimits, given) -> GrammarLimits:
     """``limits`` for the problem grammar of a given domain: atoms as long as its longest
     predicate, names as long as its longest name (at least the configured bounds)."""

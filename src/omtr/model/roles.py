@@ -431,7 +431,33 @@ class RoleModel(nn.Module):
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
         from omtr.inference.statement import decoder_objects
 
-        return [decoder_objects(o, self.cfg.statement_objects, self.cfg.statement_facts) for o in objects]
+        return [decoder_objects(o, self.cfg.statement_objects, self.cfg.statement_facts,
+                                getattr(self.cfg, "statement_predicates", True)) for o in objects]
+
+    def answer_limits(self, sampling: Sampling, seqs: Sequence[Sequence[int]], mode: str, given, objs) -> list[int]:
+        """Each prompt's token limit: ``sampling.max_new_tokens``, raised where the answer is PDDL
+        under the decoder and its task's statement needs more (:func:`omtr.model.grammar.answer_tokens`,
+        sized from the names and clauses as the grammar's bounds are; ``sampling.fit_statement``
+        False keeps it fixed). Raises :class:`omtr.inference.policy.ContextOverflow` where a prompt
+        with that many tokens after it would not fit the model's context."""
+        from omtr.inference.policy import ContextOverflow
+        from omtr.model.grammar import answer_tokens
+
+        base = sampling.max_new_tokens
+        ctx = getattr(getattr(self.lm, "config", None), "max_position_embeddings", None)
+        out = []
+        for i, s in enumerate(seqs):
+            need = 0
+            if getattr(sampling, "fit_statement", True) and mode != "off" and objs and objs[i] is not None:
+                need = answer_tokens(objs[i], given[i] if given else None)
+            limit = max(base, need)
+            if ctx and need > base and self.cfg.role_vectors + len(s) + limit > ctx:
+                raise ContextOverflow(
+                    f"the task's statement needs an answer of about {need} tokens after a prompt of {len(s)}, more "
+                    f"than the model's context of {ctx} positions: shorten the task (fewer objects or facts) or "
+                    f"use a model with a longer context", row=i)
+            out.append(limit)
+        return out
 
     @property
     def grammar(self):
@@ -499,6 +525,7 @@ class RoleModel(nn.Module):
 
         seqs = self.encode_prompts(prompts)
         B = len(seqs)
+        limits = self.answer_limits(sampling, seqs, mode, given, objs)
         lm = self._active_lm()
         t0 = time.perf_counter()
         out, attn, pos = self._prefill(seqs, ri, logits_to_keep=1, reuse=True)
@@ -519,7 +546,7 @@ class RoleModel(nn.Module):
 
         bar = GenerationProgress(role, B)
         t1 = time.perf_counter()
-        for _ in range(sampling.max_new_tokens):
+        for _ in range(max(limits)):
             forced: list[int | None] = [None] * len(active)
             if g:
                 tg = time.perf_counter()
@@ -552,7 +579,7 @@ class RoleModel(nn.Module):
                     grammar_s += time.perf_counter() - tg
                 if tok == eos or (stop_when is not None and stop_when(texts[i])):
                     finish[i] = "stop"
-                elif len(tokens[i]) >= sampling.max_new_tokens:
+                elif len(tokens[i]) >= limits[i]:
                     finish[i] = "length"
                 else:
                     keep.append(row)

@@ -230,13 +230,35 @@ class ScopeTracker:
         # part, the clause keys no atom stands for yet; only with the objects rule in force.
         facts = getattr(objects, "facts", None) if self.required else None
         self.fact_names = frozenset(_norm(o) for o in self.required) if facts else frozenset()
-        self.fact_left = {"init": tuple(facts[0]), "goal": tuple(facts[1])} if facts else None
+        # per part, the clauses no atom stands for yet: (key, predicate) for those with names, a
+        # predicate for each that names nothing (None: any; the predicates rule binds them below)
+        self.fact_left = {"init": tuple((k, None) for k in facts[0]),
+                          "goal": tuple((k, None) for k in facts[1])} if facts else None
         free = getattr(objects, "nameless", (0, 0)) if facts else (0, 0)
-        self.fact_free = {"init": free[0], "goal": free[1]}  # atoms over none of the names still allowed
+        self.fact_free = {"init": (None,) * free[0], "goal": (None,) * free[1]}
+        self._statement = objects if facts and getattr(objects, "predicates", False) else None
+        # The names rule where the reading is sure the statement names every object: the problem's
+        # own objects (for clauses that name nothing) are words of the task's text, no more of them
+        # than such clauses need; None: any name within the grammar's bound.
+        self.extra_words = getattr(objects, "extra_words", None) if self.required else None
+        reading = getattr(objects, "reading", None)
+        self._nameless_init = reading.nameless[0] if reading is not None else 0
         self.static_extra: frozenset = frozenset()  # objects with a static fact beyond the clauses
         self.part_limit = {"init": L.init, "goal": L.goal}
         self._tq: _Types | None = None
         self._cands: dict = {}
+        if self.given:
+            self._bind_predicates()
+
+    def _bind_predicates(self) -> None:
+        """The predicates rule: once the domain's predicates are known (given, or when the answer's
+        problem begins), each clause whose words name one predicate
+        (:func:`omtr.inference.statement.clause_predicate`) takes only an atom of that predicate."""
+        if self._statement is None or self.fact_left is None:
+            return
+        bound = self._statement.clause_facts(self.preds)
+        self.fact_left = {part: bound[part][0] for part in ("init", "goal")}
+        self.fact_free = {part: bound[part][1] for part in ("init", "goal")}
 
     # ------------------------------------------------------------------ copying
 
@@ -384,6 +406,13 @@ class ScopeTracker:
                 if missing:  # the statement's names come first, grouped by the type they name
                     fits = [o for o in missing if len(self._group_types(f, o)) <= 1]
                     return set(fits) | ({"-"} if self._dash_ok(f) else set()), None
+                if self.extra_words is not None:  # no object the English never names
+                    own = set()
+                    # objects of its own start a group of their own (typed for the clauses they serve)
+                    mixed = self.typing and any(o in self.required for o in f.group)
+                    if not mixed and self._own_objects(f) < self._own_needed():
+                        own = {w for w in self.extra_words if _NAME.fullmatch(w) and len(w) <= self.name_len} - banned
+                    return own | ({"-"} if self._dash_ok(f) else set()), None
             return None, banned
         if k == ACTION and f.words == 0:
             return None, set(self.actions)
@@ -532,6 +561,10 @@ class ScopeTracker:
                     if (f.kind in TYPED and not f.after_dash and w != "-" and f.group
                             and len(f.items) >= self.list_limit[f.kind] and not self._dash_ok(f)):
                         raise Reject  # a full list: only `- type` could follow, and none fits
+                    if f.kind == OBJECTS and self.extra_words is not None and not f.after_dash:
+                        closed, _ = self.word_constraint()
+                        if closed is not None and not closed:
+                            raise Reject  # no object may follow (none the English never names): close here
             if ch == "(":
                 self._open()
             elif ch == ")":
@@ -592,21 +625,29 @@ class ScopeTracker:
         of the part no atom stands for yet?"""
         if ctx == "init" and self._static_extra(pred, prefix, conj):
             return True  # a static fact the English may leave out (PlanBench's (truck t0), (obj p0))
-        cands = self._candidates(ctx, pred)
-        n = len(cands)
-        if n == 0:
-            return self.fact_free[ctx] > 0
-        got = [self._fname(a) for a in prefix]
-        if all(g is None for g in got) and self.fact_free[ctx] > 0:
-            rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), n)]
-            if all(rest) and self._unwritten(conj, neg, pred, prefix, rest):
-                return True
-        return any(self._key_fits(ctx, pred, key, prefix, conj, neg) for key in self.fact_left[ctx])
+        if self._free_fits(ctx, pred, prefix, conj, neg):
+            return True
+        return any(self._key_fits(ctx, pred, entry, prefix, conj, neg) for entry in self.fact_left[ctx])
 
-    def _key_fits(self, ctx: str, pred: str, key: tuple, prefix: list[str], conj: _Frame | None,
+    def _free_fits(self, ctx: str, pred: str, prefix: list[str], conj: _Frame | None, neg: bool = False) -> bool:
+        """Can ``(pred prefix...)`` end as an atom over none of the statement's names, not yet in
+        ``conj``, for a clause of the part that names nothing and takes ``pred``?"""
+        if not any(p is None or p == pred for p in self.fact_free[ctx]):
+            return False
+        cands = self._candidates(ctx, pred)
+        if any(self._fname(a) is not None for a in prefix):
+            return False
+        rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), len(cands))]
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
+
+    def _key_fits(self, ctx: str, pred: str, entry: tuple, prefix: list[str], conj: _Frame | None,
                   neg: bool = False) -> bool:
-        """Can ``(pred prefix...)`` end as an atom not yet in ``conj`` whose arguments name
-        ``key``'s names in order?"""
+        """Can ``(pred prefix...)`` end as an atom not yet in ``conj`` for the clause ``entry`` =
+        (key, predicate): its arguments name ``key``'s names in order, and ``pred`` is the
+        clause's predicate where its words name one?"""
+        key, want = entry
+        if want is not None and want != pred:
+            return False
         cands = self._candidates(ctx, pred)
         if len(key) != len(cands) or any(self._fname(a) != k for a, k in zip(prefix, key)):
             return False
@@ -635,7 +676,7 @@ class ScopeTracker:
         if not self._static(pred) or len(self.preds[pred]) != 1:
             return False
         used = len(conj.used) if conj is not None and conj.used else 0
-        if used + len(self.fact_left["init"]) + self.fact_free["init"] >= self.part_limit["init"]:
+        if used + len(self.fact_left["init"]) + len(self.fact_free["init"]) >= self.part_limit["init"]:
             return False
         if prefix:
             return prefix[0] not in self.static_extra and self._named_static(pred, prefix[0])
@@ -654,31 +695,48 @@ class ScopeTracker:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
         fact of ``:init`` that stands for no clause is let be)."""
         key = tuple(self._fname(a) for a in f.args)
+        left = list(self.fact_left[f.ctx])
+        fits = [e for e in left if e[0] == key and e[1] in (None, f.pred)]
         # A static fact beside the clauses, as _fact_path allows it: one that stands for no clause, or
         # the one its name holds ((location location_0_0)), so that a clause over the same name
         # ("location_0_0 is an airport") keeps its own atom. Otherwise it stands for a clause.
         if (f.ctx == "init" and len(f.args) == 1
-                and (key not in self.fact_left["init"] or f.pred in name_parts(f.args[0]))
+                and (not fits or f.pred in name_parts(f.args[0]))
                 and self._static_extra(f.pred, f.args, self._conj_of(f))):
             self.static_extra = self.static_extra | {f.args[0]}
             return
         if all(k is None for k in key):  # for a clause that names nothing
-            if self.fact_free[f.ctx] <= 0:
+            free = list(self.fact_free[f.ctx])
+            # the clause whose words name this predicate first, else one that takes any
+            pick = f.pred if f.pred in free else (None if None in free else False)
+            if pick is False:
                 raise Reject
-            self.fact_free = {**self.fact_free, f.ctx: self.fact_free[f.ctx] - 1}
+            free.remove(pick)
+            self.fact_free = {**self.fact_free, f.ctx: tuple(free)}
             return
-        left = list(self.fact_left[f.ctx])
-        if key not in left:
+        if not fits:
             raise Reject
-        left.remove(key)
+        left.remove(next((e for e in fits if e[1] == f.pred), fits[0]))
         self.fact_left = {**self.fact_left, f.ctx: tuple(left)}
 
     def _free_short(self, f: _Frame) -> bool:
         """Closing ``:objects`` ``f``: would fewer atoms over none of the statement's names be
         possible than ``:init`` has clauses without names ("the left gripper is free" needs an
         object of the problem's own for ``(free left)``)?"""
-        need = self.fact_free["init"]
+        need = self._own_needed()
         return need > 0 and self._free_atoms(f.items, need) < need
+
+    def _own_needed(self) -> int:
+        """How many clauses of ``:init`` that name nothing need an object of the problem's own: those
+        whose predicate takes arguments, or is not known ("the hand is empty" as ``(handempty)``
+        needs none)."""
+        if self.fact_left is None:  # no facts rule: every clause that names nothing may need one
+            return self._nameless_init
+        return sum(1 for p in self.fact_free["init"] if p is None or len(self.preds.get(p, ())) > 0)
+
+    def _own_objects(self, f: _Frame) -> int:
+        """Objects of the problem's own declared so far in ``:objects`` ``f``."""
+        return sum(1 for o in f.items if o not in self.required)
 
     def _free_atoms(self, items: dict, cap: int) -> int:
         """How many atoms over none of the statement's names the objects ``items`` (name -> type)
@@ -698,7 +756,7 @@ class ScopeTracker:
     def _useful_types(self, f: _Frame, fit: set[str]) -> set[str]:
         """Types for the waiting group of objects of the problem's own while the clauses without
         names lack objects: those that give them more atoms (all of ``fit`` when none does)."""
-        need = self.fact_free["init"]
+        need = self._own_needed()
         if need <= 0 or not f.group or any(self._fname(o) is not None for o in f.group):
             return fit
         base = {o: t for o, t in f.items.items() if o not in f.group}
@@ -715,8 +773,12 @@ class ScopeTracker:
         conj = f if f.kind in (CONJ, INIT) else None
         if conj is not None and conj.used is not None and len(conj.used) >= self.part_limit[ctx]:
             return False  # the grammar's bound on the part's atoms is reached: it has to close
-        return any(self._key_fits(ctx, p, key, [], conj) for key in self.fact_left[ctx]
-                   for p in self.preds if self._fits(p))
+        if any(self._key_fits(ctx, p, entry, [], conj) for entry in self.fact_left[ctx]
+               for p in self.preds if self._fits(p)):
+            return True
+        # a clause that names nothing but names its predicate ("harmony") is not dropped either
+        return any(p is not None and p in self.preds and self._free_fits(ctx, p, [], conj)
+                   for p in self.fact_free[ctx])
 
     def _end_word(self, w: str, delim: str) -> None:
         f = self._top()
@@ -781,6 +843,8 @@ class ScopeTracker:
             f.used = set()
         if w == "problem":
             self.domain_done = True
+            if not self.given:
+                self._bind_predicates()
         if f.kind == ACTION:
             f.words = 0
 

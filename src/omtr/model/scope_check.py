@@ -18,7 +18,9 @@ When the spec is refused, the rule that refused it is the first of this ladder t
 * ``scope``: the scope rules without the statement (undeclared names, wrong arity, a type that does
   not fit, a name declared twice);
 * ``statement_objects``: the statement's names as the first objects;
-* ``statement_facts``: each ``:init`` / goal atom over the names stands for one clause.
+* ``statement_facts``: each ``:init`` / goal atom over the names stands for one clause;
+* ``statement_predicates``: a clause whose words name one of the domain's predicates takes an atom
+  of it.
 
 ``at`` is the character offset, in the spec's own text (``part``: problem or domain), of the first
 character the refusing rule does not let through.
@@ -29,7 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from omtr.inference.statement import RULE_FACTS, RULE_OBJECTS, Reading, decoder_objects, names_of, read_statement
+from omtr.inference.statement import (RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, Reading, decoder_objects, names_of,
+                                     read_statement)
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _WIDE = dict(name_len=64, ws=12, types=64, predicates=64, predicate_args=8, actions=32, parameters=12,
@@ -52,9 +55,10 @@ class CheckResult:
 
 
 def rules_label(constraint: str, reading: Reading | None, statement_objects: bool = True,
-                statement_facts: bool = True) -> str:
+                statement_facts: bool = True, statement_predicates: bool = True) -> str:
     """The decoding rules one answer ran under, as one word: ``off``, ``plain``, ``scoped``,
-    ``scoped+objects`` or ``scoped+objects+facts`` (what traces, episode logs and metrics count)."""
+    ``scoped+objects``, ``scoped+objects+facts`` or ``scoped+objects+facts+predicates`` (what
+    traces, episode logs and metrics count)."""
     if constraint != "scoped":
         return constraint
     parts = ["scoped"]
@@ -63,6 +67,8 @@ def rules_label(constraint: str, reading: Reading | None, statement_objects: boo
         parts.append(RULE_OBJECTS)
         if statement_facts and RULE_FACTS in rules:
             parts.append(RULE_FACTS)
+            if statement_predicates and RULE_PREDICATES in rules:
+                parts.append(RULE_PREDICATES)
     return "+".join(parts)
 
 
@@ -191,7 +197,7 @@ def _scope_stop(text: str, given, limits, objects) -> int | None:
 
 def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str | None = None,
                constraint: str = "scoped", statement_objects: bool = True, statement_facts: bool = True,
-               limits=None) -> CheckResult:
+               statement_predicates: bool = True, limits=None) -> CheckResult:
     """Is this spec admitted by the decoding constraint for the task ``nl`` (module doc)?
 
     ``given``: the task's given domain (the domain-given mode: ``problem`` is the whole answer);
@@ -202,7 +208,7 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
     from omtr.model.scope import given_declarations
 
     reading = read_statement(nl)
-    label = rules_label(constraint, reading, statement_objects, statement_facts)
+    label = rules_label(constraint, reading, statement_objects, statement_facts, statement_predicates)
     if constraint == "off":
         return CheckResult(True, rules=label)
     limits = limits or GrammarLimits()
@@ -210,7 +216,7 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
     # what the decoder is given: the names (with their facts) under scoped decoding; under the plain
     # grammar they only size its bounds
     objects = decoder_objects(names_of(reading), statement_objects and constraint == "scoped",
-                              statement_facts)
+                              statement_facts, statement_predicates)
     names = list(reading.names) if objects is not None and objects.require else []
     ptoks = _reorder_objects(_tokens(problem), names)
     parts = [("problem", ptoks)]
@@ -248,9 +254,11 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
         return CheckResult(True, rules=label)
     ladder = [("scope", None)]
     if objects is not None and objects.require:
-        ladder.append(("statement_objects", tuple(objects)))
+        ladder.append(("statement_objects", objects.view(facts=False)))
         if getattr(objects, "facts", None) is not None:
-            ladder.append(("statement_facts", objects))
+            if objects.predicates:
+                ladder.append(("statement_facts", objects.view(predicates=False)))
+            ladder.append(("statement_predicates" if objects.predicates else "statement_facts", objects))
     for rule, objs in ladder:
         stop = _scope_stop(text, decl, bounds, objs)
         if stop is not None:

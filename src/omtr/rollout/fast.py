@@ -886,6 +886,7 @@ class FastEngine(OverModel):
         temperature = 1.0 if sampling.greedy else sampling.temperature
         B = len(seqs)
         waiting = 0
+        limits = m.answer_limits(sampling, seqs, mode, given, objs)
 
         t0 = time.perf_counter()
         # Identical prompts (the samples of one task) are prefilled once: their keys, values and
@@ -923,7 +924,7 @@ class FastEngine(OverModel):
         # only the tokens accepted so far); the step then waits for them before the head.
         pending = None
         t1 = time.perf_counter()
-        for _ in range(sampling.max_new_tokens):
+        for _ in range(max(limits)):
             forced: list[int | None] = [None] * len(active)
             bitmask = None
             if g:
@@ -965,7 +966,7 @@ class FastEngine(OverModel):
                     grammar_s += time.perf_counter() - tg
                 if tok == eos or (stop_when is not None and stop_when(texts[i])):
                     finish[i] = "stop"
-                elif len(tokens[i]) >= sampling.max_new_tokens:
+                elif len(tokens[i]) >= limits[i]:
                     finish[i] = "length"
                 else:
                     keep.append(row)
