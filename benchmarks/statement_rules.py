@@ -6,11 +6,14 @@
 Builds one domain-given task sample (``--per-family`` PlanBench tasks of every family, drawn with
 ``--seed``, and ``--generated`` tasks of every generator family, test split, seed ``--seed``), then
 runs ``omtr evaluate --policy model`` (untrained model, greedy, the fast engine) once per variant:
-``NAME=DIR`` runs the ``omtr`` whose sources are in ``DIR/src`` on the same tasks. With
+``NAME=DIR`` runs the ``omtr`` whose sources are in ``DIR/src`` on the same tasks, and
+``NAME=DIR@MODEL`` runs it with another model (a trained model's directory) instead of ``--model``. With
 ``--budget 6`` one run gives both budgets: the Actor's step is the budget-1 answer (greedy), so
 success and faithful success at budget 1 are read from each episode's first step. Prints, per
 family and variant, success and faithful success at budget 1 and at the budget, drift, and the
-rule sets the episodes ran under, and writes them as JSON.
+rule sets the episodes ran under, the checker's categories of the solved-but-unfaithful answers,
+and the Judge's AUC between faithful and solved-but-unfaithful Actor answers (pooled over the
+families, with a bootstrap interval), and writes them as JSON.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
 GENERATED = ("blocksworld", "mystery_blocksworld", "gripper", "logistics")
 
 
-def build_tasks(path: Path, per_family: int, generated: int, seed: int, families=PLANBENCH) -> list[str]:
+def build_tasks(path: Path, per_family: int, generated: int, seed: int, families=PLANBENCH,
+                generated_families=GENERATED) -> list[str]:
     from omtr.tasks.generators import generate
     from omtr.tasks.planbench import import_planbench
     from omtr.tasks.planbench_data import shipped_root
@@ -44,7 +48,7 @@ def build_tasks(path: Path, per_family: int, generated: int, seed: int, families
         for t in drawn:
             rows.append({**t.to_json(), "domain": t.reference.domain})
     for fam in GENERATED:
-        if generated <= 0:
+        if generated <= 0 or fam not in generated_families:
             continue
         for t in generate(fam, generated, seed, split="test", min_objects=2, max_objects=4, verify=False):
             d = t.to_json()
@@ -58,6 +62,7 @@ def build_tasks(path: Path, per_family: int, generated: int, seed: int, families
 
 def summarise(traces: Path) -> dict:
     out: dict = {}
+    judged: list[tuple[float, bool]] = []  # the Judge's score of each solved Actor answer, and whether it is faithful
     for line in traces.read_text().splitlines():
         r = json.loads(line)
         if r.get("kind", "planning") != "planning":
@@ -74,13 +79,45 @@ def summarise(traces: Path) -> dict:
         s["faithful"] += bool(r.get("success")) and faithful
         s["calls"] += int(r.get("planner_calls") or 0)
         s["rules:" + (r.get("rules") or "(not recorded)")] += 1
+        if first_ok and not faithful:
+            for c in (r.get("faithful") or {}).get("categories") or ["(none given)"]:
+                s["cat:" + c] += 1
+        if first_ok and steps[0].get("judge_score") is not None:
+            judged.append((float(steps[0]["judge_score"]), faithful))
     res = {}
     for fam, s in sorted(out.items()):
         n = s["tasks"]
         res[fam] = {"tasks": n, **{k: s[k] for k in ("success_b1", "faithful_b1", "success", "faithful", "calls")},
                     "drift": round(1 - s["faithful"] / s["success"], 3) if s["success"] else None,
-                    "rules": {k[6:]: v for k, v in s.items() if k.startswith("rules:")}}
+                    "rules": {k[6:]: v for k, v in s.items() if k.startswith("rules:")},
+                    "unfaithful_categories": {k[4:]: v for k, v in s.items() if k.startswith("cat:")}}
+    tot = Counter()
+    for v in res.values():
+        tot.update({k: v[k] for k in ("tasks", "success_b1", "faithful_b1", "success", "faithful", "calls")})
+    res["all"] = dict(tot)
+    res["judge_auc_fd"] = judge_auc(judged)
     return res
+
+
+def judge_auc(pairs: list[tuple[float, bool]], boot: int = 1000, seed: int = 0) -> dict:
+    """AUC of the Judge's score between faithful (positive) and solved-but-unfaithful answers, with
+    a seeded bootstrap 95% interval over the answers; None where either side is empty."""
+    pos = [s for s, f in pairs if f]
+    neg = [s for s, f in pairs if not f]
+
+    def auc(p, n):
+        if not p or not n:
+            return None
+        return sum((a > b) + 0.5 * (a == b) for a in p for b in n) / (len(p) * len(n))
+
+    point = auc(pos, neg)
+    if point is None:
+        return {"auc": None, "faithful": len(pos), "unfaithful": len(neg)}
+    rng = random.Random(seed)
+    draws = sorted(x for x in (auc([rng.choice(pos) for _ in pos], [rng.choice(neg) for _ in neg])
+                               for _ in range(boot)) if x is not None)
+    return {"auc": round(point, 3), "low": round(draws[int(0.025 * len(draws))], 3),
+            "high": round(draws[int(0.975 * len(draws)) - 1], 3), "faithful": len(pos), "unfaithful": len(neg)}
 
 
 def main(argv=None) -> int:
@@ -92,6 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=5519, help="sample seed (not a seed any rule was tuned on; 3401 was looked at)")
     ap.add_argument("--budget", type=int, default=1)
     ap.add_argument("--families", default=",".join(PLANBENCH), help="PlanBench families (comma-separated)")
+    ap.add_argument("--generated-families", default=",".join(GENERATED), help="generator families (comma-separated)")
     ap.add_argument("--model", default="small")
     ap.add_argument("--work", default="out/statement-rules", help="folder for the task file and the evaluations")
     ap.add_argument("--out", help="write the results as JSON here")
@@ -102,23 +140,30 @@ def main(argv=None) -> int:
     fams = tuple(args.families.split(","))
     tasks = work / f"tasks-{args.seed}-{'-'.join(fams)}-{args.generated}.jsonl"
     # a family's draw does not depend on the others: the same tasks as in a run over all families
-    ids = build_tasks(tasks, args.per_family, args.generated, args.seed, fams)
+    gfams = tuple(args.generated_families.split(","))
+    if gfams != GENERATED:
+        tasks = tasks.with_name(tasks.stem + "-" + "-".join(gfams) + ".jsonl")
+    ids = build_tasks(tasks, args.per_family, args.generated, args.seed, fams, gfams)
     results = {"model": args.model, "budget": args.budget, "seed": args.seed, "per_family": args.per_family,
                "generated_per_family": args.generated, "tasks": len(ids), "mode": "domain-given",
                "decoding": "greedy, fast engine", "variants": {}}
     for name, src in variants:
+        src, _, model = src.partition("@")
+        model = model or args.model
         out = work / f"{name}-b{args.budget}-{'-'.join(fams)}-{args.generated}"
         env = dict(os.environ, PYTHONPATH=str(Path(src).resolve() / "src"))
-        cmd = [sys.executable, "-m", "omtr", "evaluate", "--policy", "model", "--model", args.model,
+        cmd = [sys.executable, "-m", "omtr", "evaluate", "--policy", "model", "--model", model,
                "--engine", "fast", "--budget", str(args.budget), "--tasks", str(tasks), "--out", str(out),
                "--no-report", "--bootstrap", "200", "--workers", "1", "--overwrite"]
         t0 = time.perf_counter()
         subprocess.run(cmd, env=env, check=True)
         secs = time.perf_counter() - t0
         summary = summarise(out / "traces.jsonl")
-        results["variants"][name] = {"src": src, "seconds": round(secs, 1), "families": summary}
-        print(f"== {name} ({secs:.0f} s)")
+        results["variants"][name] = {"src": src, "model": model, "seconds": round(secs, 1), "families": summary}
+        print(f"== {name} ({secs:.0f} s)  Judge AUC faithful vs solved-but-unfaithful: {summary['judge_auc_fd']}")
         for fam, s in summary.items():
+            if fam in ("all", "judge_auc_fd"):
+                continue
             print(f"  {fam:34s} n={s['tasks']:3d}  b1 success {s['success_b1']:3d} faithful {s['faithful_b1']:3d}  "
                   f"b{args.budget} success {s['success']:3d} faithful {s['faithful']:3d}  rules {s['rules']}")
         if args.out:

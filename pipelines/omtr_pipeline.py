@@ -158,7 +158,7 @@ def omtr_pipeline(
     train_on: str = "cpu",
     train_set: list = [],  # noqa: B006 - a pipeline parameter's default, never mutated
     train_timeout_s: int = 6 * 3600,
-    family: str = "blocksworld",
+    family: str = "mix",
     n_train: int = 8,
     n_val: int = 24,
     min_objects: int = 2,

@@ -25,6 +25,32 @@ def test_help_has_examples(capsys):
         assert "examples:" in capsys.readouterr().out
 
 
+def test_generate_mix_splits_the_tasks_evenly_over_every_family_and_interleaves_them(tmp_path):
+    from omtr.tasks.generators import families, generate
+
+    out = tmp_path / "mix.jsonl"
+    assert main(["-q", "tasks", "generate", "--family", "mix", "--n", "10", "--seed", "4", "--no-verify",
+                 "--split", "val", "--given-domain", "--out", str(out)]) == 0
+    tasks = load_tasks(out)
+    fams = sorted(families())
+    assert len(tasks) == 10 and [t.family for t in tasks[:len(fams)]] == fams  # every family in the first turn
+    counts = {f: sum(t.family == f for t in tasks) for f in fams}
+    assert sorted(counts.values(), reverse=True) == [3, 3, 2, 2]  # 10 over 4: the first two take the remainder
+    assert all(t.split == "val" for t in tasks)
+    # each family's tasks are the ones it draws alone with that seed
+    alone = generate("gripper", counts["gripper"], 4, split="val", verify=False)
+    assert [t.id for t in tasks if t.family == "gripper"] == [t.id for t in alone]
+    # two named families, and the errors
+    two = tmp_path / "two.jsonl"
+    assert main(["-q", "tasks", "generate", "--family", "gripper,blocksworld", "--n", "4", "--no-verify",
+                 "--out", str(two)]) == 0
+    assert [t.family for t in load_tasks(two)] == ["gripper", "blocksworld"] * 2
+    assert main(["-q", "tasks", "generate", "--family", "mix", "--n", "4", "--no-verify", "--option", "rooms=3",
+                 "--out", str(two)]) == 2
+    assert main(["-q", "tasks", "generate", "--family", "gripper,sokoban", "--n", "4", "--no-verify",
+                 "--out", str(two)]) == 2
+
+
 def test_generate_stats_and_training_view(tmp_path, capsys):
     out = tmp_path / "g.jsonl"
     assert main(["-q", "tasks", "generate", "--family", "gripper", "--n", "30", "--seed", "3", "--no-verify",

@@ -44,7 +44,9 @@ def register(sub) -> None:
     p.add_argument("--profile", default="small", choices=("small", "micro", "paper"), help="training profile (default small)")
     p.add_argument("--model", default="profile", metavar="DIR|PROFILE",
                    help="model to start from (default `profile`: the training profile's own model)")
-    p.add_argument("--family", default="blocksworld", help="task family (default blocksworld)")
+    p.add_argument("--family", default="mix",
+                   help="task family: mix (default: every generator family, the tasks split evenly), one family, "
+                        "or several comma-separated (blocksworld,gripper)")
     p.add_argument("--mode", default="profile", choices=("profile", "given", "full"),
                    help="task mode: given (the family's domain is given, the model writes the problem), full "
                         "(domain and problem); default: the profile's (small: given; micro, paper: full)")

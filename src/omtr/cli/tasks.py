@@ -51,9 +51,12 @@ def _register_generate(sub) -> None:
   omtr tasks generate --family mystery_blocksworld --n 500 --seed 2 --option vocabulary=random --out myst.jsonl
   omtr tasks generate --family logistics --n 100 --seed 3 --option cities=3 --option planes=1..2 --no-verify --out log.jsonl
   omtr tasks generate --family gripper --n 50 --seed 4 --given-domain --out g_given.jsonl   # the model writes only problems
+  omtr tasks generate --family mix --n 24 --seed 5 --split val --given-domain --out mix.jsonl  # 6 of each family
 """,
     )
-    p.add_argument("--family", required=True, help="task family (blocksworld, mystery_blocksworld, logistics, gripper)")
+    p.add_argument("--family", required=True,
+                   help="task family (blocksworld, mystery_blocksworld, logistics, gripper), several comma-separated, "
+                        "or mix (every family): --n is split evenly and the families' tasks interleaved")
     p.add_argument("--n", type=int, required=True, help="number of tasks")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--split", choices=("train", "val", "test"), help="keep only this split (default: label each task)")
@@ -73,7 +76,7 @@ def _generate(args) -> int:
     import time
 
     from omtr.progress import Progress
-    from omtr.tasks.generators import GenerationError, generate
+    from omtr.tasks.generators import GenerationError, family_list, generate, generate_mix
     from omtr.tasks.records import write_tasks
 
     options = {}
@@ -82,10 +85,17 @@ def _generate(args) -> int:
         if not sep or not key:
             raise CliError(f"--option {item!r}: write KEY=VALUE, e.g. --option rooms=3")
         options[key.strip().replace("-", "_")] = value.strip()
+    try:
+        several = len(family_list(args.family)) > 1
+    except GenerationError as exc:
+        raise CliError(str(exc)) from None
+    if several and options:
+        raise CliError(f"--option is a single family's setting; --family {args.family} names several: "
+                       "generate each family with its options, then concatenate the files")
     bar = Progress(args.n, f"generating {args.family}")
     t0 = time.monotonic()
     try:
-        tasks = generate(
+        tasks = (generate_mix if several else generate)(
             args.family,
             args.n,
             args.seed,

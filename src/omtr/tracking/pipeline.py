@@ -50,7 +50,9 @@ class PipelineConfig:
 
     profile: str = "small"  # training profile (small, paper, micro); also the model unless `model` is set
     model: str = ""  # model directory or profile to start from ("": the profile's)
-    family: str = "blocksworld"  # task family for generated tasks
+    # generated tasks' family: `mix` (every generator family, the tasks split evenly and
+    # interleaved), one, or several comma-separated (omtr tasks generate --family)
+    family: str = "mix"
     mode: str = "given"  # given: tasks give the family's domain (the Actor writes the problem); full: both
     n_train: int = 8  # training tasks
     n_val: int = 24  # validation tasks, for both the trained and the untrained model (the promotion gate's sample)
@@ -77,6 +79,12 @@ class PipelineConfig:
             raise ValueError(f"unknown task mode {self.mode!r}; choose given (the domain is given) or full")
         if self.eval_budget < 1 or self.serve_budget < 1:
             raise ValueError("eval_budget and serve_budget must be at least 1")
+        from omtr.tasks.generators import GenerationError, family_list
+
+        try:
+            family_list(self.family)
+        except GenerationError as exc:
+            raise ValueError(str(exc)) from None
         if self.val_max_objects and self.val_max_objects < self.min_objects:
             raise ValueError(f"val_max_objects ({self.val_max_objects}) is below min_objects ({self.min_objects}); "
                              "set it to 0 to validate on the training sizes")

@@ -271,3 +271,37 @@ def join_facts(facts: list[str]) -> str:
 
 def statement(init_facts: list[str], goal_facts: list[str]) -> str:
     return f"As initial conditions I have that, {join_facts(init_facts)}.\nMy goal is to have that {join_facts(goal_facts)}."
+
+
+MIX = "mix"
+
+
+def family_list(spec: str) -> tuple[str, ...]:
+    """The generator families a ``--family`` value names: one, several comma-separated, or ``mix``
+    (every family, in name order). Raises :class:`GenerationError` for a name no family has."""
+    names = tuple(sorted(families())) if spec.strip() == MIX else tuple(
+        dict.fromkeys(f.strip() for f in spec.split(",") if f.strip()))
+    unknown = [f for f in names if f not in families()]
+    if unknown or not names:
+        raise GenerationError(f"unknown task family {', '.join(unknown) or repr(spec)}; choose {MIX}, or one or more "
+                              f"(comma-separated) of {', '.join(sorted(families()))}")
+    return names
+
+
+def generate_mix(spec: str, n: int, seed: int, **kw) -> list:
+    """:func:`generate` over the families ``spec`` names (:func:`family_list`): ``n`` tasks split
+    evenly (the first families take the remainder), each family drawn with ``seed`` as alone,
+    interleaved so that any prefix mixes the families. ``progress`` counts tasks over all of them."""
+    names = family_list(spec)
+    progress = kw.pop("progress", None)
+    per = [n // len(names) + (1 if i < n % len(names) else 0) for i in range(len(names))]
+    drawn, done = [], 0
+    for fam, k in zip(names, per):
+        if k == 0:
+            drawn.append([])
+            continue
+        base = done
+        got = generate(fam, k, seed, progress=(lambda d, _t, b=base: progress(b + d, n)) if progress else None, **kw)
+        done += k
+        drawn.append(got)
+    return [t for i in range(max(per, default=0)) for ts in drawn if i < len(ts) for t in [ts[i]]]
