@@ -1,4 +1,5 @@
-"""Generators: determinism, solvability, disjoint splits, Mystery vocabulary, speed, and the environment check."""
+"""Generators: determinism, solvability, disjoint splits, Mystery vocabulary, an English that names every
+object, speed, and the environment check."""
 
 from __future__ import annotations
 
@@ -107,6 +108,73 @@ def test_mystery_text_has_no_blocksworld_words(vocabulary):
     if vocabulary == "random":  # a fresh vocabulary per seed
         other = generate("mystery_blocksworld", 1, seed=5, vocabulary="random", verify=False)[0]
         assert other.meta["action_names"] != tasks[0].meta["action_names"]
+
+
+def _objects_the_english_never_names(task: Task) -> list[str]:
+    """The reference problem's objects that the statement does not name (read from the English alone,
+    :func:`omtr.inference.statement.read_statement`), under their own or their English spelling.
+
+    A problem may declare objects of its own only for the statement's clauses that name nothing
+    (Gripper's "the left gripper is free": ``(free left)``), as the decoder's names rule allows where
+    the reading is sure the statement names every object: words of the task's text, each a word of
+    such a clause, no more of them than there are such clauses."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.inference.statement import _norm, read_statement
+    from omtr.spec.model import parse_problem
+
+    reading = read_statement(task.nl)
+    declared = list(parse_problem(task.reference.problem).objects)
+    spelled = list(parse_problem(spelled_problem(task)).objects)
+    assert len(declared) == len(spelled), task.id
+    unnamed = [o.lower() for o, s in zip(declared, spelled)
+               if _norm(o.lower()) not in reading.norm_names and _norm(s.lower()) not in reading.norm_names]
+    nameless_words = {w for c in reading.init if not c.key and c.says_something for w in c.words}
+    own = [o for o in unnamed if reading.closed and o in reading.words and _norm(o) in nameless_words]
+    if len(own) > reading.nameless[0]:
+        return unnamed
+    return [o for o in unnamed if o not in own]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_english_names_every_object_the_reference_declares(family):
+    """A decoder that refuses objects the English never names must still be able to write the
+    reference: every declared object is one of the statement's names (or, for a clause that names
+    nothing, a word of it), over a few hundred tasks of every family."""
+    unnamed = {}
+    for seed, n in ((0, 150), (24344, 100), (3, 60)):
+        for t in generate(family, n, seed=seed, verify=False):
+            missing = _objects_the_english_never_names(t)
+            if missing:
+                unnamed[t.id] = missing
+    assert not unnamed, (len(unnamed), dict(list(unnamed.items())[:5]))
+
+
+def test_gripper_names_a_room_no_ball_and_no_robot_would_be_in():
+    """Seed 24344 once gave ``gripper-afbd7de1f003``: it declared room2, which neither the robot nor
+    any ball was in at the start or in the goal, so its English never said "room_2"."""
+    from omtr.tasks.generators.gripper import _cover_rooms
+
+    tasks = generate("gripper", 1000, seed=24344, verify=False)
+    assert "gripper-afbd7de1f003" not in {t.id for t in tasks}
+    assert not [t.id for t in tasks if _objects_the_english_never_names(t)]
+    # that draw: one position moves to room2, the others stay; a draw that names every room is kept
+    rooms = ["room1", "room2", "room3"]
+    where = {"ball1": "room1", "ball2": "room3", "ball3": "room1", "ball4": "room3"}
+    goal = {"ball1": "room1", "ball2": "room1", "ball3": "room3", "ball4": "room3"}
+    robot, w, g = _cover_rooms(rooms, "room1", where, goal)
+    moved = [(k, v) for k, v in [("robot", robot), *w.items(), *g.items()] if v == "room2"]
+    kept = ([robot] + list(w.values()) + list(g.values())).count("room2") == 1
+    assert kept and sum(a != b for a, b in zip(["room1", *where.values(), *goal.values()],
+                                               [robot, *w.values(), *g.values()])) == 1, moved
+    assert any(w[b] != g[b] for b in w)
+    assert _cover_rooms(rooms, "room2", where, goal) == ("room2", where, goal)
+    assert _cover_rooms(rooms, robot, w, g) == (robot, w, g)
+    # every room is named wherever the rooms outnumber what the two ends of the balls would name
+    for t in generate("gripper", 30, seed=1, rooms=5, min_objects=2, max_objects=4, verify=False):
+        assert t.meta["rooms"] == 5 and not _objects_the_english_never_names(t), t.id
+    # more rooms than the robot and the balls' two ends can hold: no more than they can
+    one = generate("gripper", 1, seed=1, rooms=6, min_objects=1, max_objects=1, verify=False)[0]
+    assert one.meta["rooms"] == 3 and not _objects_the_english_never_names(one)
 
 
 def test_family_options_and_errors():

@@ -50,7 +50,7 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
     "task_id": "str",
     "family": "str",           # task family; "" when the task has none
     "mode": "str",             # full (the model wrote domain and problem) | domain-given (the problem only)
-    "rules": "str",            # the decoding rules the episode ran under: off | plain | scoped | scoped+objects | scoped+objects+facts
+    "rules": "str",            # the decoding rules the episode ran under: off | plain | scoped | scoped+objects | scoped+objects+facts[+predicates]
     "role": "str",             # actor | editor | judge
     "step": "int64",           # index of the spec in the episode: 0 the Actor's, 1..5 repairs
     "spec_hash": "str",        # hash of the normalised spec; "" when no spec could be extracted
@@ -67,7 +67,7 @@ NULLABLE = frozenset({"category", "judge_score", "reward", "advantage"})
 ROLES = ("actor", "editor", "judge")
 MODES = ("full", "domain-given")  # omtr.tasks.records.MODES (kept here: the suite reads no task code)
 # omtr.model.scope_check.rules_label's values (kept here: the suite reads no model code)
-RULE_SETS = ("off", "plain", "scoped", "scoped+objects", "scoped+objects+facts")
+RULE_SETS = ("off", "plain", "scoped", "scoped+objects", "scoped+objects+facts", "scoped+objects+facts+predicates")
 FIRST_STEP = MappingProxyType({"actor": 0, "editor": 1, "judge": 0})
 CATEGORIES = tuple(c.value for c in Category)
 KEY_COLUMNS = ("run", "cycle", "episode", "role", "step")

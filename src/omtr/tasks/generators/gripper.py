@@ -3,11 +3,18 @@
 PlanBench has no Gripper; omtr generates it in the same style. Every instance is solvable (the
 robot can reach every room and carry any ball); ``_constructive_plan`` moves misplaced balls two at
 a time when they share a source and destination room.
+
+The statement names every object the problem declares: the typed domain has no fact about a room by
+itself, so a room is named only where the robot or a ball is in it at the start or in the goal, and
+``_cover_rooms`` sees to it that every declared room is (a sentence listing the rooms would be a
+clause with no atom of the reference behind it). The grippers are "the left gripper" and "the right
+gripper", the words of the statement's clauses that name nothing.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from omtr.tasks.generators import Family, Instance, range_option, register, statement
 from omtr.tasks.strips import render_problem
@@ -61,8 +68,32 @@ def _fact(atom) -> str:
     raise ValueError(pred)
 
 
+def _cover_rooms(rooms: list[str], robot: str, where: dict[str, str], goal_of: dict[str, str]):
+    """(robot, where, goal_of) with every room holding the robot or a ball at the start or in the
+    goal, so that the statement names every room. A draw that already does is returned as it is;
+    otherwise, for each unnamed room in turn, one position (the robot's, a ball's start or its goal)
+    whose room is held by another position too moves to it, chosen by a generator seeded with the
+    draw itself (deterministic, and the caller's stream is left as it was). A ball whose start or
+    goal moves to a room no position held is misplaced afterwards, so some ball still is."""
+    slots = [("robot", "")] + [("where", b) for b in where] + [("goal", b) for b in goal_of]
+    at = {("robot", ""): robot, **{("where", b): r for b, r in where.items()},
+          **{("goal", b): r for b, r in goal_of.items()}}
+    unnamed = [r for r in rooms if r not in set(at.values())]
+    if not unnamed:
+        return robot, where, goal_of
+    if len(rooms) > len(slots):
+        raise ValueError(f"{len(rooms)} rooms cannot all be named with {len(where)} balls")
+    fix = random.Random(repr((rooms, robot, sorted(where.items()), sorted(goal_of.items()))))
+    for room in unnamed:
+        held = Counter(at.values())
+        at[fix.choice([s for s in slots if held[at[s]] > 1])] = room
+    return (at[("robot", "")], {b: at[("where", b)] for b in where}, {b: at[("goal", b)] for b in goal_of})
+
+
 def sample_gripper(rng: random.Random, size: int, options: dict) -> Instance:
-    rooms = [f"room{i}" for i in range(1, rng.randint(*options["rooms"]) + 1)]
+    # at most one room per position the statement can name it by: the robot's, each ball's start and goal
+    n_rooms = min(rng.randint(*options["rooms"]), 2 * size + 1)
+    rooms = [f"room{i}" for i in range(1, n_rooms + 1)]
     balls = [f"ball{i}" for i in range(1, size + 1)]
     robot = rng.choice(rooms)
     while True:
@@ -70,6 +101,7 @@ def sample_gripper(rng: random.Random, size: int, options: dict) -> Instance:
         goal_of = {b: rng.choice(rooms) for b in balls}
         if any(where[b] != goal_of[b] for b in balls):
             break
+    robot, where, goal_of = _cover_rooms(rooms, robot, where, goal_of)
     objects = {**{r: "room" for r in rooms}, **{b: "ball" for b in balls}, "left": "gripper", "right": "gripper"}
     init = [("at-robby", robot), ("free", "left"), ("free", "right")] + [("at", b, where[b]) for b in balls]
     goal = [("at", b, goal_of[b]) for b in balls]
@@ -117,7 +149,8 @@ register(
         limit_min=1,
         limit_max=40,
         sample=sample_gripper,
-        options={"rooms": "number of rooms, N or A..B (default 2..3)"},
+        options={"rooms": "number of rooms, N or A..B (default 2..3); at most 2 x balls + 1, since every room "
+                         "holds the robot or a ball at the start or in the goal"},
         check_options=_check,
         description="a two-gripper robot carrying balls between rooms",
     )
