@@ -130,7 +130,7 @@ def evaluate(budget: int, max_new_tokens: int, bootstrap: int, seed: int, solver
     from omtr.k8s.step import run_omtr
 
     run_omtr(["evaluate", "--policy", "model", "--model", trained.path, "--tasks", val_tasks.path,
-              "--out", evaluation.path, "--budget", budget, "--max-new-tokens", max_new_tokens,
+              "--out", evaluation.path, "--budget", budget, "--max-new-tokens", max_new_tokens, "--fit-statement",
               "--bootstrap", bootstrap, "--seed", seed, "--overwrite", "--track"],
              timeout_s=timeout_s, env={"OMTR_SOLVER_URL": solver_url, "MLFLOW_TRACKING_URI": mlflow_tracking_uri})
     with open(os.path.join(evaluation.path, "metrics.json"), encoding="utf-8") as f:
@@ -161,7 +161,7 @@ def evaluate_baseline(profile: str, model: str, train_set: list, budget: int, ma
     start, decoding = start_point(PipelineConfig(profile=profile, model="" if model in ("", "profile") else model,
                                                  train_set=tuple(train_set)))
     run_omtr(["evaluate", "--policy", "model", "--model", start, "--tasks", val_tasks.path,
-              "--out", evaluation.path, "--budget", budget, "--max-new-tokens", max_new_tokens,
+              "--out", evaluation.path, "--budget", budget, "--max-new-tokens", max_new_tokens, "--fit-statement",
               "--bootstrap", bootstrap, "--seed", seed, "--overwrite", "--track",
               *(["--decoding", decoding] if decoding else [])],
              timeout_s=timeout_s, env={"OMTR_SOLVER_URL": solver_url, "MLFLOW_TRACKING_URI": mlflow_tracking_uri})

@@ -260,3 +260,24 @@ def test_worker_killed_mid_search_is_replaced_and_leaves_no_planner(benchmarks):
     while planner_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert planner_processes() == []
+
+
+def test_pool_made_in_a_thread_that_ends_keeps_its_workers():
+    """A worker's parent-death signal follows the thread that forked it: a pool first used from a
+    short-lived thread (a request handler, a helper thread of a test) must keep its workers after
+    that thread ends, or its next spec reports a dead worker."""
+    import threading
+
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("pool", SolverPool(1, SolverConfig(cache=False))))
+    t.start()
+    t.join()
+    pool = box["pool"]
+    try:
+        pid = pool.worker_pids()[0]
+        time.sleep(0.5)  # the signal is delivered as the thread exits
+        v = pool.solve(BW_DOMAIN, BW_PROBLEM)
+        assert v.success, v.message
+        assert pool.worker_pids()[0] == pid  # the same worker: never replaced
+    finally:
+        pool.close()

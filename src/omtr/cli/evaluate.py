@@ -100,7 +100,11 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--family", action="append", default=[], help="only tasks of this family (repeatable)")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="episodes generated together (default 64)")
-    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N", help="token limit per answer")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="a fixed token limit per answer (default: 768, raised where the task's statement needs "
+                        "more; see --fit-statement)")
+    p.add_argument("--fit-statement", action="store_true",
+                   help="with --max-new-tokens: still raise the limit where the task's statement needs more")
     p.add_argument("--solver-url", metavar="URL", help="verify specs on a solver fleet (omtr solver serve) instead "
                    "of local workers (default: $OMTR_SOLVER_URL; token: $OMTR_SOLVER_TOKEN)")
     p.add_argument("--workers", type=int, default=2, help="solver worker processes (default 2)")
@@ -171,7 +175,7 @@ def run(args) -> int:
     budget = args.budget if args.budget is not None else EpisodeConfig().planner_call_budget
     try:
         cfg = EvalConfig(budget=budget, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                         bootstrap=args.bootstrap, seed=args.seed, validate_log=not args.no_episode_log,
+                         fit_statement=args.max_new_tokens is None or args.fit_statement, bootstrap=args.bootstrap, seed=args.seed, validate_log=not args.no_episode_log,
                          figures=not args.no_report, full_check=args.full_check, select=args.select)
         solver_cfg = SolverConfig().replace(time_limit_s=args.time_limit)
     except (ConfigError, ValueError) as exc:

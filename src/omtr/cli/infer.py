@@ -61,7 +61,10 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=8, metavar="N",
                    help="episodes generated together (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
-                   help="token limit per answer (default 768)")
+                   help="a fixed token limit per answer (default: 768, raised where the task's statement needs "
+                        "more; see --fit-statement)")
+    p.add_argument("--fit-statement", action="store_true",
+                   help="with --max-new-tokens: still raise the limit where the task's statement needs more")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks")
     p.add_argument("--no-judge", action="store_true", help="skip the Judge's scores")
     p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
@@ -147,8 +150,8 @@ def run(args) -> int:
     todo = sorted(todo, key=prompt_group)
     seed = {"seed": args.seed} if args.select != "greedy" else {}  # greedy: exactly the loop's decoding
     sampling = Sampling(greedy=True, **seed)
-    if args.max_new_tokens:
-        sampling = Sampling(greedy=True, max_new_tokens=args.max_new_tokens, **seed)
+    if args.max_new_tokens:  # the user's limit holds unless they ask for the statement's sizing too
+        sampling = Sampling(greedy=True, max_new_tokens=args.max_new_tokens, fit_statement=args.fit_statement, **seed)
 
     bar = Progress(len(todo), "episodes", quiet=args.quiet, batch=args.batch_size)
     mode = "a" if args.resume else "w"

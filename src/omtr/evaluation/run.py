@@ -49,6 +49,8 @@ class EvalConfig:
                         metadata={"help": "K: planner calls per task (the Actor's spec plus K-1 repairs)"})
     batch_size: int = field(default=64, metadata={"help": "episodes generated (and sent to the planner) together"})
     max_new_tokens: int | None = field(default=None, metadata={"help": "token limit per answer"})
+    fit_statement: bool = field(default=True, metadata={
+        "help": "raise the limit where the task's statement needs a longer answer (omtr.model.grammar.answer_tokens)"})
     bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples for confidence intervals (0: none)"})
     seed: int = field(default=0, metadata={"help": "bootstrap and sampling seed"})
     validate_log: bool = field(default=True, metadata={"help": "write episodes.parquet and run its expectation suite"})
@@ -233,14 +235,15 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
                   "sha256": prov.sha256_file(info["tasks_file"]) if info.get("tasks_file") else None,
                   "count": len(tasks), "task_set": prov.task_set_hash(tasks)},
         "eval": {"seed": cfg.seed, "bootstrap": cfg.bootstrap, "max_new_tokens": cfg.max_new_tokens,
-                 "greedy": cfg.select == "greedy", "select": cfg.select, "judge_all_steps": cfg.judge_all_steps,
+                 "fit_statement": cfg.fit_statement, "greedy": cfg.select == "greedy", "select": cfg.select, "judge_all_steps": cfg.judge_all_steps,
                  "full_check": cfg.full_check},
     }
     prov.write_run_file(out, key, provenance)
     by_id = {str(t.id): t for t in tasks}
     todo = [t for t in tasks if str(t.id) not in done]
     timing: dict[str, float] = {"faithfulness_s": 0.0}
-    sampling = Sampling(greedy=True, seed=cfg.seed, **({"max_new_tokens": cfg.max_new_tokens} if cfg.max_new_tokens else {}))
+    sampling = Sampling(greedy=True, seed=cfg.seed, fit_statement=cfg.fit_statement,
+                        **({"max_new_tokens": cfg.max_new_tokens} if cfg.max_new_tokens else {}))
     t0 = time.perf_counter()
 
     with open(traces, "a", encoding="utf-8") as fh:

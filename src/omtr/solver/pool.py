@@ -113,16 +113,26 @@ class SolverPool:
             ResultCache(self.config.cache_max_entries, self.config.cache_dir) if self.config.cache else None
         )
         self._jobs: queue.Queue = queue.Queue()
-        self._workers = [_Worker() for _ in range(workers)]
-        for w in self._workers:
-            w.wait_ready()
+        # Each worker is started by the dispatch thread that feeds it, never by the caller's thread: a
+        # worker's parent-death signal (Linux PR_SET_PDEATHSIG) follows the *thread* that forked it, so
+        # a pool first used from a short-lived thread would lose its workers when that thread ended.
+        self._workers: list = [None] * workers
+        started = [threading.Event() for _ in range(workers)]
+        failed: list = [None] * workers
         self._threads = [
-            threading.Thread(target=self._dispatch, args=(i,), daemon=True, name=f"omtr-solver-{i}")
+            threading.Thread(target=self._dispatch, args=(i, started[i], failed), daemon=True,
+                             name=f"omtr-solver-{i}")
             for i in range(workers)
         ]
         self._closed = False
         for t in self._threads:
             t.start()
+        for e in started:
+            e.wait()
+        errors = [f for f in failed if f is not None]
+        if errors:
+            self.close()
+            raise errors[0]
 
     @property
     def workers(self) -> int:
@@ -132,7 +142,16 @@ class SolverPool:
         return [w.pid for w in self._workers]
 
     # ------------------------------------------------------------------ dispatch (one thread each)
-    def _dispatch(self, i: int) -> None:
+    def _dispatch(self, i: int, started: threading.Event, failed: list) -> None:
+        try:
+            w = _Worker()
+            w.wait_ready()
+            self._workers[i] = w
+        except BaseException as exc:  # noqa: BLE001 - raised by the constructor, in the caller's thread
+            failed[i] = exc
+            return
+        finally:
+            started.set()
         while True:
             item = self._jobs.get()
             if item is None:
@@ -277,7 +296,8 @@ class SolverPool:
         for t in self._threads:
             t.join(timeout=10)
         for w in self._workers:
-            w.stop()
+            if w is not None:
+                w.stop()
 
     def __enter__(self) -> "SolverPool":
         return self

@@ -335,7 +335,7 @@ class Pipeline:
             out = self.work / f"evaluate-{key}"
             self._omtr(["evaluate", "--policy", "model", "--model", str(model), "--tasks", str(tasks), "--out",
                         str(out), "--budget", str(c.eval_budget), "--max-new-tokens", str(c.eval_max_new_tokens),
-                        "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track"], run_id)
+                        "--fit-statement", "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track"], run_id)
             m = json.loads((out / "metrics.json").read_text())
             return {k: m.get(k) for k in ("success", "faithful", "drift", "calls", "tasks")}
 
@@ -352,7 +352,7 @@ class Pipeline:
             out = self.work / f"evaluate-baseline-{key}"
             self._omtr(["evaluate", "--policy", "model", "--model", model, "--tasks", str(tasks), "--out", str(out),
                         "--budget", str(c.eval_budget), "--max-new-tokens", str(c.eval_max_new_tokens),
-                        "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track",
+                        "--fit-statement", "--bootstrap", str(c.bootstrap), "--seed", str(c.seed), "--overwrite", "--track",
                         *(["--decoding", decoding] if decoding else [])], run_id)
             m = json.loads((out / "metrics.json").read_text())
             return {**{k: m.get(k) for k in ("success", "faithful", "drift", "calls", "tasks")},
