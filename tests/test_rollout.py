@@ -479,3 +479,45 @@ def test_a_prompt_longer_than_the_context_is_a_clear_error(micro):
         fast.generate("actor", long, GREEDY, constraint="off")
     with pytest.raises(EngineError, match="longer than the model's context"):
         fast.judge(long)
+
+
+def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monkeypatch):
+    """No --engine: a role model on a CPU generates on the fast engine (int8, prefix cache), hf on
+    request; the engine an evaluation ran on is in run.json, metrics.json and the MLflow run."""
+    import json
+
+    from omtr.cli import main
+    from omtr.inference.loading import load_policy
+    from omtr.rollout import engine_info
+
+    assert engine_info(load_policy("micro")) == {"engine": "fast", "int8": True, "prefix_cache": True,
+                                                 "prefix_cache_mb": 1024.0}
+    assert load_policy("micro", engine="auto").engine_name == "fast"
+    ref = load_policy("micro", engine="hf")
+    assert not hasattr(ref, "engine_name") or ref.engine_name == "hf"
+    assert engine_info(ref) == {"engine": "hf"}
+
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "family": "blocksworld", "nl": "Stack b1 on b2."}) + "\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    seen = {}
+    for engine in (None, "hf"):
+        out = tmp_path / f"eval-{engine}"
+        argv = ["--quiet", "evaluate", "--policy", "model", "--model", "micro", "--tasks", str(tasks), "--out",
+                str(out), "--budget", "1", "--max-new-tokens", "8", "--bootstrap", "0", "--no-report",
+                "--prefix-cache", "off", "--track", "--experiment", "engines"]
+        assert main(argv + (["--engine", engine] if engine else [])) == 0
+        run = json.loads((out / "run.json").read_text())
+        seen[engine] = run["provenance"]["engine"]
+        assert json.loads((out / "metrics.json").read_text())["provenance"]["engine"] == seen[engine]
+    assert seen[None] == {"engine": "fast", "int8": True, "prefix_cache": False, "prefix_cache_mb": 1024.0}
+    assert seen["hf"] == {"engine": "hf"}
+
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("engines")
+    params = sorted((r.data.params["engine"], r.data.params.get("engine.int8"))
+                    for r in client.search_runs([exp.experiment_id]))
+    assert params == [("fast", "True"), ("hf", None)]

@@ -27,7 +27,7 @@ EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy model --model runs/model --tasks pb_given.jsonl --out eval/given   # problems only
   omtr evaluate --policy llm+p --backend hf:small --tasks pb_given.jsonl --out eval/llmp-given  # LLM+P as Liu et al.
   omtr evaluate --policy model --model small --tasks bw.jsonl --decoding plain --out eval/plain
-  omtr evaluate --policy model --model small --tasks bw.jsonl --engine fast --out eval/fast
+  omtr evaluate --policy model --model small --tasks bw.jsonl --engine hf --out eval/hf   # reference engine (CPU default: fast)
   omtr evaluate --policy model --model small --tasks pb_given.jsonl --budget 4 --select invariants --out eval/select
 
 Policies: model (--model DIR|small|micro|paper), oracle, mutant:<kind> (a mutator of
@@ -74,9 +74,10 @@ def register(sub) -> None:
     p.add_argument("--llm-retries", type=int, default=4, metavar="N", help="retries on 429/5xx/time-outs (openai:)")
     p.add_argument("--grammar", default="none", choices=("none", "vllm", "vllm-legacy", "llamacpp"),
                    help="send omtr's PDDL grammar to the server (openai:) where it supports it")
-    p.add_argument("--engine", default=None, metavar="NAME",
-                   help="rollout engine of a role model: hf (the reference, default) or fast (CPU: merged "
-                        "adapters, int8 linears; several times the tokens/s, near-identical outcomes)")
+    p.add_argument("--engine", default="auto", metavar="NAME",
+                   help="rollout engine of a role model: auto (the default: fast where the model runs on a CPU, "
+                        "hf elsewhere), fast (CPU: merged adapters, int8 linears; several times the tokens/s, "
+                        "near-identical outcomes) or hf (the reference, exact)")
     p.add_argument("--prefix-cache", choices=("on", "off"), default="on",
                    help="the fast engine's prefix cache across prompts: a family's shared prompt tokens "
                         "computed once, in this run and for later batches (default on; off: every prompt "
@@ -360,8 +361,11 @@ def _track(args, metrics: dict) -> None:
         flat[f"csr.h{c['h']}"] = c["value"] or 0.0
     with start_run(args.experiment, f"evaluate-{args.policy}"):
         mlflow.log_params({"policy": args.policy, "tasks": args.tasks, "budget": metrics["budget"],
-                           "model": args.model or "", "backend": args.backend, "select": args.select, "decoding": args.decoding or "", "engine": args.engine or "hf",
-                           "modes": ",".join(sorted(metrics.get("modes") or {}))})
+                           "model": args.model or "", "backend": args.backend, "select": args.select, "decoding": args.decoding or "",
+                           "modes": ",".join(sorted(metrics.get("modes") or {})),
+                           # the engine that generated, as resolved (auto: fast on a CPU), and its settings
+                           **{f"engine.{k}" if k != "engine" else "engine": v for k, v in
+                              ((metrics.get("provenance") or {}).get("engine") or {"engine": args.engine}).items()}})
         mlflow.log_metrics(flat)
         mlflow.log_artifacts(args.out)
 

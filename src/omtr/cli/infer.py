@@ -4,6 +4,7 @@ Actor samples within the budget, the one breaking no mutex invariant chosen)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -18,7 +19,7 @@ EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jso
   omtr tasks generate --family gripper --n 8 --given-domain --out g.jsonl
   omtr infer --model small --tasks g.jsonl --out traces.jsonl        # domain given: the model writes problems
   omtr infer --model small --tasks bw.jsonl --decoding plain --out traces.jsonl   # the grammar without scope rules
-  omtr infer --model small --tasks bw.jsonl --engine fast --out traces.jsonl      # the fast CPU rollout engine
+  omtr infer --model small --tasks bw.jsonl --engine hf --out traces.jsonl        # the reference engine (CPU default: fast)
   omtr infer --model small --tasks g.jsonl --budget 4 --select invariants --out traces.jsonl  # choose among samples
 
 --model is a model directory (omtr model init), a profile (small, micro, paper), or
@@ -76,9 +77,10 @@ def register(sub) -> None:
                    help="decoding constraint: scoped (the grammar plus scope rules), plain (the grammar alone) "
                         "or off (free text); default: the model's (scoped)")
     p.add_argument("--device", default=None, help="torch device for the model (default: the profile's)")
-    p.add_argument("--engine", default=None, metavar="NAME",
-                   help="rollout engine of a role model: hf (the reference, default) or fast (CPU: merged "
-                        "adapters, int8 linears; several times the tokens/s, near-identical outcomes)")
+    p.add_argument("--engine", default="auto", metavar="NAME",
+                   help="rollout engine of a role model: auto (the default: fast where the model runs on a CPU, "
+                        "hf elsewhere), fast (CPU: merged adapters, int8 linears; several times the tokens/s, "
+                        "near-identical outcomes) or hf (the reference, exact)")
     p.add_argument("--prefix-cache", choices=("on", "off"), default="on",
                    help="the fast engine's prefix cache across prompts (default on; off: every prompt computes "
                         "all its tokens, the same results)")
@@ -145,6 +147,13 @@ def run(args) -> int:
     from omtr.rollout import prompt_group, set_prefix_cache
 
     set_prefix_cache(policy, args.prefix_cache == "on", args.prefix_cache_mb)
+    from omtr.rollout import engine_info
+
+    eng = engine_info(policy)
+    if eng["engine"] != "none":
+        logging.getLogger("omtr.infer").info(
+            "engine: %s%s", eng["engine"], "" if eng["engine"] != "fast" else
+            f" (int8 {'on' if eng['int8'] else 'off'}, prefix cache {'on' if eng['prefix_cache'] else 'off'})")
     # a family's tasks side by side, so that their prompts meet in the prefix cache (the traces keep
     # finishing order; each line carries its task id)
     todo = sorted(todo, key=prompt_group)

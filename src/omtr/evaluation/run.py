@@ -227,10 +227,12 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     if not resume and traces.exists():
         traces.unlink()
     info = dict(run_info or {})
+    from omtr.rollout import engine_info
+
     provenance = {
         "policy": name, "backend": info.get("backend"), "policy_options": info.get("options"),
         "model": prov.model_info(info.get("model")),
-        "budget": cfg.budget, "solver": solver, "tools": prov.tool_versions(), "omtr": prov.omtr_version(),
+        "engine": engine_info(policy), "budget": cfg.budget, "solver": solver, "tools": prov.tool_versions(), "omtr": prov.omtr_version(),
         "tasks": {"file": str(info["tasks_file"]) if info.get("tasks_file") else None,
                   "sha256": prov.sha256_file(info["tasks_file"]) if info.get("tasks_file") else None,
                   "count": len(tasks), "task_set": prov.task_set_hash(tasks)},

@@ -13,6 +13,7 @@ model's decoding constraint for this run (``ModelConfig.decoding``); a scripted 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Iterable
 
 from omtr.config import DECODING_CONSTRAINTS
@@ -20,15 +21,19 @@ from omtr.inference.policy import Policy
 from omtr.inference.scripted import PolicyLoadError, ScriptedPolicy
 
 SCRIPTED = "scripted:"
+log = logging.getLogger(__name__)
+AUTO = "auto"  # the default engine: fast where the role model runs on a CPU, hf elsewhere
 
 
 def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | None = None,
                 engine: str | None = None, **options) -> Policy:
     """The policy named by ``spec``. ``tasks`` is needed by ``scripted:`` (answers are keyed by id);
     ``decoding`` overrides the role model's decoding constraint; ``engine`` names the rollout
-    engine that generates for a role model (:mod:`omtr.rollout`: ``hf``, the default, or
-    ``fast``); ``options`` (e.g. ``device``) go to the role model's loader."""
-    if engine is not None:
+    engine that generates for a role model (:mod:`omtr.rollout`: ``hf``, the reference, or
+    ``fast``); ``auto`` (or None, the default) takes ``fast`` where the model runs on a CPU and
+    ``hf`` elsewhere, and ``hf`` where the fast engine does not run the backbone; ``options``
+    (e.g. ``device``) go to the role model's loader."""
+    if engine is not None and engine != AUTO:
         from omtr.rollout import UnknownEngine, check_engine_name
 
         try:
@@ -41,7 +46,7 @@ def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | Non
         raise PolicyLoadError("--model is empty; give a model directory, a profile (small, micro, paper) "
                               "or scripted:ANSWERS.jsonl")
     if spec.startswith(SCRIPTED):
-        if engine not in (None, "hf"):
+        if engine not in (None, AUTO, "hf"):
             raise PolicyLoadError(f"--engine {engine} runs role models; {spec} replays fixed answers")
         return ScriptedPolicy.from_jsonl(spec[len(SCRIPTED):], list(tasks or []))
     try:
@@ -69,11 +74,18 @@ def load_policy(spec: str, *, tasks: Iterable | None = None, decoding: str | Non
         policy.cfg = policy.cfg.replace(decoding=decoding)
         if decoding == "off":
             policy.cfg = policy.cfg.replace(grammar=False)
-    if engine not in (None, "hf"):
+    auto = engine in (None, AUTO)
+    if auto and hasattr(policy, "token_logprobs") and hasattr(policy, "device"):
+        from omtr.rollout import default_engine
+
+        engine = default_engine(str(policy.device))
+    if engine not in (None, AUTO, "hf"):
         from omtr.rollout import make_engine
 
         try:
             policy = make_engine(engine, policy)
         except ValueError as exc:
-            raise PolicyLoadError(f"--engine {engine}: {exc}") from None
+            if not auto:
+                raise PolicyLoadError(f"--engine {engine}: {exc}") from None
+            log.info("the %s engine does not run this model (%s); generating with hf", engine, exc)
     return policy

@@ -116,9 +116,32 @@ def prompt_group(task) -> tuple[str, str, str]:
 
 
 def default_engine(device: str | None) -> str:
-    """The engine to serve with: ``fast`` on CPU, ``hf`` elsewhere (no GPU engine yet)."""
+    """The engine a role model runs on unless told (``--engine auto``): ``fast`` on CPU, ``hf``
+    elsewhere (no GPU engine yet)."""
     return "fast" if (device or "cpu").startswith("cpu") else "hf"
 
 
-__all__ = ["ENGINES", "ENGINE_NAMES", "PREFIX_CACHE_MB", "OverModel", "UnknownEngine", "check_engine_name", "default_engine", "make_engine",
+def engine_info(policy) -> dict:
+    """What generated for ``policy``, for an evaluation's provenance: ``engine`` (``hf``, ``fast``,
+    or ``none`` for a policy that is no role model: scripted answers, a baseline over an HTTP
+    backend), and for the fast engine ``int8`` and its prefix cache (``prefix_cache``,
+    ``prefix_cache_mb``)."""
+    inner = [v for name in ("engines", "models") if isinstance(getattr(policy, name, None), dict)
+             for v in getattr(policy, name).values()]
+    backend = getattr(policy, "backend", None)
+    candidates = [policy, *inner, getattr(backend, "_model", None)]
+    for obj in candidates:
+        name = getattr(obj, "engine_name", None)
+        if name == "fast":
+            cache = getattr(obj, "prefix_cache", None)
+            return {"engine": "fast", "int8": bool(getattr(obj, "quantize", False)),
+                    "prefix_cache": bool(getattr(obj, "use_prefix_cache", False)),
+                    "prefix_cache_mb": round(getattr(cache, "capacity", 0) / 2**20, 1) if cache is not None else 0.0}
+    for obj in candidates:
+        if obj is not None and (getattr(obj, "engine_name", None) == "hf" or hasattr(obj, "token_logprobs")):
+            return {"engine": "hf"}
+    return {"engine": "none"}
+
+
+__all__ = ["ENGINES", "ENGINE_NAMES", "PREFIX_CACHE_MB", "OverModel", "UnknownEngine", "check_engine_name", "default_engine", "engine_info", "make_engine",
            "prefix_cache_engines", "prefix_cache_report", "prompt_group", "set_prefix_cache"]
