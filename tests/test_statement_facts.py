@@ -284,6 +284,10 @@ def test_static_facts_the_english_leaves_out_are_unary_named_and_one_per_object(
     t.feed_text(head)
     assert t.admits(" (truck truck_0)") and t.admits(" (obj package_0)") and t.admits(" (location location_0_0)")
     assert not t.admits(" (truck city_0)")  # its name says city
+    # a name that holds no static predicate takes only those no declared name holds: the packages
+    # take obj, never truck, airplane, city or location (the trucks', planes', cities', places')
+    assert not t.admits(" (truck package_0)") and not t.admits(" (airplane package_0)")
+    assert not t.admits(" (location package_0)") and not t.admits(" (city package_0)")
     assert not t.admits(" (city location_0_0)")  # "location_0_0 is an airport" names its predicate
     assert not t.admits(" (in-city truck_0 city_0)")  # a binary static fact must be a clause
     t.feed_text(" (truck truck_0)")

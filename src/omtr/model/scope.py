@@ -686,10 +686,24 @@ class ScopeTracker:
 
     def _named_static(self, pred: str, obj: str) -> bool:
         """An object whose name holds a unary static predicate's name as a part (``truck_0``:
-        truck) takes that one, as a group named after a type takes the type; others take any."""
+        truck) takes that one, as a group named after a type takes the type; others take any
+        predicate no declared object's name holds (``package_0`` takes ``obj``, not ``truck``:
+        that one belongs to the trucks)."""
         named = [p for p in name_parts(obj) if p != pred and p in self.preds and len(self.preds[p]) == 1
                  and self._static(p)]
-        return not named or pred in name_parts(obj)
+        if named:
+            return pred in name_parts(obj)
+        return pred in name_parts(obj) or pred not in self._claimed_statics()
+
+    def _claimed_statics(self) -> frozenset:
+        """The unary static predicates some declared object's name holds as a part."""
+        n = len(self.objects)
+        got = self.__dict__.get("_claimed")
+        if got is None or got[0] != n:
+            parts = {p for o in self.objects for p in name_parts(o)}
+            got = (n, frozenset(p for p in parts if p in self.preds and len(self.preds[p]) == 1 and self._static(p)))
+            self._claimed = got
+        return got[1]
 
     def _fact_written(self, f: _Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
