@@ -220,3 +220,21 @@ def test_one_real_update_through_a_deepspeed_engine_on_cpu(tmp_path, stage, monk
     changed = [n for n in before if not torch.equal(before[n], after[n])]
     assert len(changed) == len(before), [n for n in before if n not in changed][:5]
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()
+
+
+def test_the_update_reports_progress_like_the_rollout(tmp_path, micro, monkeypatch, caplog):
+    """Items done and tokens/s of the old-log-prob pass and the update (PPO and Judge losses)."""
+    import logging
+
+    import omtr.rl.update as U
+    from omtr.rl.trainer import Trainer
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(U, "PROGRESS_EVERY_S", 0.0)
+    tr = Trainer(_cfg(), TASKS, tmp_path / "run", env=NoPlanner(), quiet=False, model=micro)
+    with caplog.at_level(logging.INFO, logger="omtr.rl.trainer"):
+        tr.run()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("update (PPO and Judge losses): ")]
+    assert lines, [r.getMessage() for r in caplog.records]
+    assert all("tokens/s" in x for x in lines)
+    assert "(100%)" in lines[-1] and lines[-1].endswith("(finished)")

@@ -343,11 +343,20 @@ class ModelConfig:
                           "(names of omtr.model.grammar.GrammarLimits; empty: its defaults). A small model that "
                           "repeats itself is forced to close the domain and the problem within its token budget."},
     )
-    grammar_limits: dict = field(
-        default_factory=dict,
-        metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "
-                          "(names of omtr.model.grammar.GrammarLimits; empty: its defaults). A small model that "
-                          "repeats itself is forced to close the domain and the problem within its token budget."},
+    activation_checkpointing: bool = field(
+        default=True,
+        metadata={"help": "In the passes that train (PPO log-probabilities, the Judge's scores) each decoder layer keeps "
+                          "only its input and recomputes its activations in the backward pass, shared prompt "
+                          "prefixes included: about one more forward pass of compute for a fraction of the memory "
+                          "(SmolLM2, 8 rows of ~450 tokens: ~12 GB of activations otherwise). False keeps them all."},
+    )
+    logprob_chunk: int = field(
+        default=512,
+        metadata={"help": "Token log-probabilities for PPO (old log-probs, reference and update passes) are taken from "
+                          "the final hidden states this many completion positions at a time: the LM head, the "
+                          "grammar's masks and the log-softmax per chunk, so no vocabulary-wide [batch, length, "
+                          "vocabulary] logits exist (0.7 GB a copy for SmolLM2 at 8 x 448). 0: the whole batch's "
+                          "logits at once (the earlier path; also taken when the head is not a plain linear layer)."},
     )
     seed: int = field(default=0, metadata={"help": "Seed of every random initialisation (micro weights, role vectors, adapters, Judge head)."})
     micro: MicroShape = field(default_factory=MicroShape, metadata={"help": "Shape of the micro backbone."})
@@ -365,6 +374,9 @@ class ModelConfig:
             raise ConfigError("lora_targets is empty; name modules such as q_proj, v_proj")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError("lora_dropout must be in [0, 1)")
+        if isinstance(self.logprob_chunk, bool) or not isinstance(self.logprob_chunk, int) or self.logprob_chunk < 0:
+            raise ConfigError(f"logprob_chunk must be a whole number >= 0 (0: the whole batch's logits), "
+                              f"got {self.logprob_chunk!r}")
         if self.decoding not in DECODING_CONSTRAINTS:
             raise ConfigError(f"decoding {self.decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
         if self.decoding == "off" and self.grammar:

@@ -20,10 +20,12 @@ class Progress:
         self.log = logger or logging.getLogger("omtr.progress")
         self.enabled = not quiet and not os.environ.get("CI") and self.log.isEnabledFor(logging.INFO)
         self.done = 0
+        self.tokens = 0  # tokens processed, when the caller counts them (a rate in tokens/s)
         self.start = self.last = time.monotonic()
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, *, tokens: int = 0) -> None:
         self.done += n
+        self.tokens += tokens
         now = time.monotonic()
         if self.enabled and now - self.last >= self.every_s:
             self.last = now
@@ -33,13 +35,14 @@ class Progress:
         now = now or time.monotonic()
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
+        toks = f", {self.tokens / elapsed:.0f} tokens/s" if self.tokens else ""
         if self.total:
-            head = f"{self.desc}: {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {rate:.1f}/s"
+            head = f"{self.desc}: {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {rate:.1f}/s{toks}"
             if self.batch and self.done < min(self.batch, self.total):
                 return f"{head}, ETA after the first batch of {min(self.batch, self.total)}"
             eta = (self.total - self.done) / rate if rate > 0 else float("inf")
             return f"{head}, ETA {eta:.0f}s"
-        return f"{self.desc}: {self.done} done, {rate:.1f}/s"
+        return f"{self.desc}: {self.done} done, {rate:.1f}/s{toks}"
 
     def close(self) -> None:
         if self.enabled and self.done and time.monotonic() - self.start >= self.every_s:

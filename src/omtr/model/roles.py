@@ -85,6 +85,7 @@ class RoleModel(nn.Module):
         # Prompt-prefix sharing (see _prefill): on by default; the stored prefix per (role, policy).
         self.share_prefix = True
         self._prefixes: dict[tuple[int, bool], tuple[tuple[int, ...], int, object]] = {}
+        self._checkpointing = False  # inside _checkpointed(): the decoder layers recompute in the backward pass
         # transformers renamed past_key_values to cache (5.24); accept either
         self._cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.use_role(ROLE_NAMES[0])
@@ -198,6 +199,9 @@ class RoleModel(nn.Module):
         Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
         position ids the rows' own part."""
         lm = self._active_lm()
+        # Under _checkpointed() with gradients (never when reusing): the prefix's keys and values
+        # reach the rows through a cache a layer's recomputation can replay (omtr.model.checkpointing).
+        ckpt = getattr(self, "_checkpointing", False) and not reuse and torch.is_grad_enabled()
         p = len(os.path.commonprefix(seqs)) if len(seqs) > 1 else 0
         p = min(p, min(len(s) for s in seqs) - 1)  # every row keeps one token of its own
         if max_prefix is not None:
@@ -226,9 +230,15 @@ class RoleModel(nn.Module):
             rv = self._role_vectors()[role_index].to(emb.dtype).unsqueeze(0)
             pre = torch.cat([rv, emb], dim=1)
             pos0 = torch.arange(R + p, device=self.device).unsqueeze(0)
+            replay = {}
+            if ckpt:
+                from omtr.model.checkpointing import ReplayCache, decoder_layers
+
+                replay = {self._cache_kw: ReplayCache(len(decoder_layers(lm)))}
             out0 = lm(inputs_embeds=pre, attention_mask=torch.ones((1, R + p), dtype=torch.long, device=self.device),
-                      position_ids=pos0, use_cache=True, logits_to_keep=1)
-            stored = _cache_of(out0)
+                      position_ids=pos0, use_cache=True, logits_to_keep=1, **replay)
+            stored = (ReplayCache(len(decoder_layers(lm)), past=replay[self._cache_kw].own()) if ckpt
+                      else _cache_of(out0))
             if reuse:
                 self._prefixes[(role_index, self._in_reference)] = (tuple(seqs[0][:p]), self._params_version(), stored)
         if reuse:
@@ -236,7 +246,7 @@ class RoleModel(nn.Module):
         else:
             cache = stored
         B = len(seqs)
-        cache.batch_repeat_interleave(B)
+        cache.batch_repeat_interleave(B)  # a ReplayCache expands its batch of one instead
         rows = [s[p:] for s in seqs]
         S = max(len(r) for r in rows)
         ids = torch.full((B, S), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -251,6 +261,22 @@ class RoleModel(nn.Module):
         out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
                  logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
         return out, attn, pos
+
+    @contextlib.contextmanager
+    def _checkpointed(self):
+        """With ``activation_checkpointing`` and gradients on: the decoder layers keep only their
+        inputs and recompute their activations in the backward pass (omtr.model.checkpointing)."""
+        if not (getattr(self.cfg, "activation_checkpointing", False) and torch.is_grad_enabled()) or self._checkpointing:
+            yield
+            return
+        from omtr.model.checkpointing import checkpointed_layers, decoder_layers
+
+        self._checkpointing = True
+        try:
+            with checkpointed_layers(decoder_layers(self._active_lm())):
+                yield
+        finally:
+            self._checkpointing = False
 
     # ------------------------------------------------------------------ reference policy
 
@@ -298,7 +324,8 @@ class RoleModel(nn.Module):
         # task the task and its domain) is computed once; the last call is the rows' own part.
         hook = decoder.register_forward_hook(keep)
         try:
-            self._prefill(seqs, ri, logits_to_keep=1, reuse=False)
+            with self._checkpointed():
+                self._prefill(seqs, ri, logits_to_keep=1, reuse=False)
         finally:
             hook.remove()
         return torch.sigmoid(self.judge_head(seen[-1][:, -1].float())).squeeze(-1)
@@ -340,8 +367,57 @@ class RoleModel(nn.Module):
         if L == 0:
             z = torch.zeros((B, 0), device=self.device)
             return z, z.bool()
-        out, _, _ = self._prefill([p + c for p, c in zip(prompt_ids, comps)], ri, logits_to_keep=L + 1, reuse=False,
-                                  max_prefix=min(len(p) for p in prompt_ids) - 1)
+        given = self._given(domains, B) if use_grammar else None
+        objs = self._objects(objects, B) if use_grammar else None
+        seqs = [p + c for p, c in zip(prompt_ids, comps)]
+        max_prefix = min(len(p) for p in prompt_ids) - 1
+        col = torch.arange(L, device=self.device)
+        lens = torch.tensor([len(c) for c in comps], device=self.device)
+        mask = col.unsqueeze(0) < lens.unsqueeze(1)
+        chunk = int(getattr(self.cfg, "logprob_chunk", 0) or 0)
+        lm = self._active_lm()
+        base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+        from omtr.model.logprobs import chunked_token_logprobs, lean_head
+
+        head = lean_head(base) if chunk > 0 else None
+        if head is None:  # logprob_chunk=0, or a head the chunked path does not cover
+            return self._full_logprobs(ri, seqs, comps, mode, given, objs, temperature, max_prefix, mask), mask
+        # The final hidden states of the rows (the decoder's output; the head's logits of one
+        # position only), then log-probabilities of the completion positions alone, a chunk of
+        # positions at a time (omtr.model.logprobs): no [B, L, V] tensor for the whole batch.
+        decoder = getattr(base, base.base_model_prefix)
+        seen: list[torch.Tensor] = []
+
+        def keep(mod, args, out):
+            seen.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+        hook = decoder.register_forward_hook(keep)
+        try:
+            with self._checkpointed():
+                self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix)
+        finally:
+            hook.remove()
+        hidden = seen[-1]  # [B, S, H], right-aligned: position S - 1 - len(c) + j predicts token j of c
+        S, H = hidden.shape[1], hidden.shape[2]
+        idx = torch.cat([torch.arange(b * S + S - 1 - len(c), b * S + S - 1, device=self.device)
+                         for b, c in enumerate(comps) if c])
+        targets = torch.tensor([t for c in comps for t in c], dtype=torch.long, device=self.device)
+        bitmask = None
+        if use_grammar:
+            bitmask = self._replay_bitmask(comps, mode, given, L, objects=objs, packed=True)
+        lp = chunked_token_logprobs(hidden.reshape(B * S, H).index_select(0, idx), head, targets,
+                                    temperature=temperature, chunk=chunk, bitmask=bitmask,
+                                    apply_mask=self.grammar.apply if use_grammar else None)
+        # row b's token j at column j (mask's True entries in row-major order are lp's order)
+        logp = torch.zeros((B, L), dtype=lp.dtype, device=self.device).masked_scatter(mask, lp)
+        return logp, mask
+
+    def _full_logprobs(self, ri: int, seqs: list[list[int]], comps: list[list[int]], mode: str, given, objs,
+                       temperature: float, max_prefix: int, mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`token_logprobs` from the vocabulary-wide logits of the whole batch (``logprob_chunk=0``)."""
+        B, L = mask.shape
+        with self._checkpointed():
+            out, _, _ = self._prefill(seqs, ri, logits_to_keep=L + 1, reuse=False, max_prefix=max_prefix)
         # [B, L, V], right-aligned: position L - len(c) + j predicts token j of completion c. The
         # log-probabilities are taken there (logit - logsumexp, the grammar's masks applied in place
         # to the one scaled copy) and only the [B, L] results are left-aligned: no padded copies
@@ -349,37 +425,42 @@ class RoleModel(nn.Module):
         logits = out.logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
-        elif use_grammar:
+        elif mode != "off":
             logits = logits.clone()  # the masks are applied in place
         starts = [L - len(c) for c in comps]
         targets = torch.zeros((B, L), dtype=torch.long, device=self.device)
         for b, c in enumerate(comps):
             targets[b, starts[b]:] = torch.tensor(c, dtype=torch.long)
-        if use_grammar:
-            bitmask = self._replay_bitmask(comps, mode, self._given(domains, len(comps)), L, starts,
-                                           objects=self._objects(objects, len(comps)))
+        if mode != "off":
+            bitmask = self._replay_bitmask(comps, mode, given, L, starts, objects=objs)
             self.grammar.apply(logits.view(B * L, -1), bitmask)
         right = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, L]
         col = torch.arange(L, device=self.device)
-        lens = torch.tensor([len(c) for c in comps], device=self.device)
-        mask = col.unsqueeze(0) < lens.unsqueeze(1)
+        lens = mask.sum(1)
         idx = (col.unsqueeze(0) + (L - lens).unsqueeze(1)).clamp(max=L - 1)
         logp = right.gather(1, idx)  # row b's token j at column j
-        return logp.masked_fill(~mask, 0.0), mask
+        return logp.masked_fill(~mask, 0.0)
 
     def _replay_bitmask(self, comps: list[list[int]], mode: str, given: list | None, L: int,
-                        starts: list[int] | None = None, objects: list | None = None) -> torch.Tensor:
+                        starts: list[int] | None = None, objects: list | None = None, *,
+                        packed: bool = False) -> torch.Tensor:
         """The grammar's bitmask rows for completions replayed token by token: row ``b * L +
         starts[b] + j`` (``starts`` default 0, left-aligned) is the mask token j of completion b
-        was chosen under; every other row allows everything."""
+        was chosen under; every other row allows everything. ``packed``: only the completions'
+        rows, one after another (row ``len(c_0) + ... + len(c_{b-1}) + j``)."""
         g = self.grammar
-        bitmask = g.allocate_bitmask(len(comps) * L)
-        bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
+        bitmask = g.allocate_bitmask(sum(len(c) for c in comps) if packed else len(comps) * L)
+        if not packed:
+            bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
         pieces = self.pieces
+        offset = 0
         for b, c in enumerate(comps):
             st = g.state(scoped=mode == "scoped", given=given[b] if given else None,
                          objects=objects[b] if objects else None)
-            base = b * L + (starts[b] if starts else 0)
+            if packed:
+                base, offset = offset, offset + len(c)
+            else:
+                base = b * L + (starts[b] if starts else 0)
             for j, tok in enumerate(c):
                 st.fill(bitmask, base + j)
                 if not st.accept(tok, pieces[tok] if tok < len(pieces) else ""):

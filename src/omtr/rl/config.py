@@ -122,6 +122,17 @@ class TrainConfig:
     ppo_epochs: int = _f(1, "Passes over one batch.")
     minibatches: int = _f(1, "Optimizer steps per pass (the batch is split in this many parts).")
     micro_batch_size: int = _f(4, "Sequences per forward/backward (memory); gradients accumulate.")
+    activation_checkpointing: bool | None = _f(None, "Recompute the decoder layers' activations in the backward pass of "
+                                                     "the update instead of keeping them (None: the model's; see "
+                                                     "ModelConfig.activation_checkpointing, on by default). Saved with the model.")
+    logprob_chunk: int | None = _f(None, "Completion positions whose vocabulary-wide logits exist at once in the old "
+                                         "log-probs, reference and PPO passes (None: the model's; see "
+                                         "ModelConfig.logprob_chunk, 512 by default); 0 computes the whole micro-batch's "
+                                         "logits at once (the earlier path, several GB on SmolLM2). Saved with the model.")
+    update_dtype: str = _f("fp32", "Number format of the old-log-prob, reference and update passes: fp32, or bf16 (a bf16 "
+                                   "autocast of the matrix products and attention; weights, gradients, optimizer, LM "
+                                   "head and losses stay fp32). bf16 where the device has native bf16 (these CPUs: "
+                                   "avx512_bf16); elsewhere it falls back to fp32 with one log line.")
 
     # ---------------------------------------------------------------- ablations (paper Table 4)
     use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")
@@ -165,6 +176,15 @@ class TrainConfig:
             check_engine_name(self.rollout_engine)
         except UnknownEngine as exc:
             raise ConfigError(f"{exc} (e.g. --set rollout_engine=fast)") from None
+        from omtr.model.precision import UPDATE_DTYPES
+
+        if self.update_dtype not in UPDATE_DTYPES:
+            raise ConfigError(f"update_dtype {self.update_dtype!r}: choose one of {', '.join(UPDATE_DTYPES)} "
+                              "(e.g. --set update_dtype=fp32)")
+        if self.logprob_chunk is not None:
+            from omtr.config import ModelConfig
+
+            ModelConfig(logprob_chunk=self.logprob_chunk)  # the same check as the model's
         if self.prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb} "
                               "(0 keeps nothing; --set prefix_cache=false turns the cache off)")

@@ -129,6 +129,10 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
         if cfg.decoding is not None:  # when set, it decides: scoped/plain turn the grammar on, off turns it off
             changes["decoding"] = cfg.decoding
             changes["grammar"] = cfg.decoding != "off"
+        if cfg.logprob_chunk is not None:
+            changes["logprob_chunk"] = cfg.logprob_chunk
+        if cfg.activation_checkpointing is not None:
+            changes["activation_checkpointing"] = cfg.activation_checkpointing
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
@@ -203,6 +207,10 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             if cfg.rollout_engine == "fast" else {}
         self.engines = {id(m): make_engine(cfg.rollout_engine, m, **opts) for m in self.distinct}
         self.exact_rollout = all(e.exact for e in self.engines.values())
+        from omtr.model.precision import resolve_update_dtype
+
+        # the number format of the passes that train (bf16 falls back to fp32 where unsupported)
+        self.update_dtype = resolve_update_dtype(cfg.update_dtype, str(self.models["actor"].device))
         self._refresh_s = 0.0
         hidden = self.models["actor"].base_model.config.hidden_size
         with torch.random.fork_rng(devices=[]):

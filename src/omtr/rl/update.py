@@ -26,6 +26,7 @@ The methods live on :class:`UpdateMixin`, a base of :class:`omtr.rl.trainer.Trai
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
 
@@ -35,9 +36,24 @@ from omtr.rl.distributed import merge_weighted_means
 from omtr.rl.distributed import whiten as whiten_over_ranks
 from omtr.rl.steps import GEN_ROLES, JudgeItem, StepItem, _chunks, _domains, _pad
 
+log = logging.getLogger("omtr.rl.trainer")
+PROGRESS_EVERY_S = 2.0  # seconds between the update's progress lines (omtr.progress)
+
 
 class UpdateMixin:
     """The trainer's optimisation: old and reference log-probabilities, advantages, the PPO/Judge step."""
+
+    def _precision(self):
+        """The number format of the passes below (``update_dtype``, resolved by the trainer): a bf16
+        autocast, or nothing for fp32 (omtr.model.precision)."""
+        from omtr.model.precision import update_autocast
+
+        return update_autocast(getattr(self, "update_dtype", "fp32"), str(self.models["actor"].device))
+
+    def _progress(self, total: int, desc: str):
+        from omtr.progress import Progress
+
+        return Progress(total, desc, quiet=getattr(self, "quiet", False), every_s=PROGRESS_EVERY_S, logger=log)
 
     # ------------------------------------------------------------------ PPO's old log-probs
     @torch.no_grad()
@@ -47,19 +63,25 @@ class UpdateMixin:
         the mean over tokens of ``log p_engine - log p_policy``, an estimate of KL(engine || policy)
         on the rollout's tokens (the engine's samples); None when there are no tokens."""
         diff, n = 0.0, 0
+        bar = self._progress(sum(1 for it in items if it.tokens and not it.skip and it.role in GEN_ROLES),
+                             "old log-probs")
         for role in GEN_ROLES:
             todo = [it for it in items if it.role == role and it.tokens and not it.skip]
             model = self.models[role]
             model.eval()
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
-                lp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
-                                                temperature=self.cfg.temperature, **_domains(chunk))
+                with self._precision():
+                    lp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
+                                                    temperature=self.cfg.temperature, **_domains(chunk))
+                bar.update(len(chunk), tokens=sum(len(p) for p in model.encode_prompts([it.prompt for it in chunk]))
+                           + int(mask.sum()))
                 for b, it in enumerate(chunk):
                     k = len(it.tokens)
                     new = lp[b, :k].tolist()
                     diff += sum(e - p for e, p in zip(it.old_logprobs, new))
                     n += k
                     it.old_logprobs = new
+        bar.close()
         if self.coll.active:
             diff, n = self.coll.sum([diff, n])
         return diff / n if n else None
@@ -74,7 +96,7 @@ class UpdateMixin:
             todo = [it for it in items if it.role == role and it.reward is not None and it.tokens and not it.skip]
             model = self.models[role]
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
-                with _capture_hidden(model) as cap, model.reference():
+                with _capture_hidden(model) as cap, model.reference(), self._precision():
                     ref, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
                                                      temperature=self.cfg.temperature, **_domains(chunk))
                 hidden = cap["hidden"]
@@ -139,6 +161,9 @@ class UpdateMixin:
                 return it.ep % parts
         tokens_done = 0
         judge_scores: list[float] = []
+        bar = self._progress(cfg.ppo_epochs * (sum(it.role in GEN_ROLES for it in train)
+                                               + (len(judge_items) if cfg.use_judge else 0)),
+                             "update (PPO and Judge losses)")
         for _epoch in range(cfg.ppo_epochs):
             for part in range(parts):
                 part_items = [it for it in train if part_of(it) == part]
@@ -162,13 +187,16 @@ class UpdateMixin:
                 self.backend.zero_grad()
                 for j, (kind, role, weight, chunk) in enumerate(jobs):
                     last = j == len(jobs) - 1
+                    before = tokens_done
                     if kind == "ppo":
-                        loss, st = self._ppo_loss(role, chunk)
+                        with self._precision():
+                            loss, st = self._ppo_loss(role, chunk)
                         tokens_done += st.pop("tokens")
                         for k, v in st.items():
                             add(k, v, len(chunk))
                     elif kind == "judge":
-                        s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
+                        with self._precision():
+                            s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
                         tokens_done += sum(len(x) for x in self.models["judge"].encode_prompts([ji.prompt for ji in chunk]))
                         labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
                         loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
@@ -183,12 +211,16 @@ class UpdateMixin:
                         target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
                         loss = ((v - target) ** 2).mean()
                         add("value_loss", loss.item(), len(chunk))
+                    # outside the autocast (torch's advice); checkpointed layers recompute in their forward's format
                     self.backend.backward(loss * weight, last=last)
+                    if kind != "value":
+                        bar.update(len(chunk), tokens=tokens_done - before)
                 add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
                 value_norm = getattr(self.backend, "last_value_grad_norm", None)
                 if value_norm is not None:  # torch clips the value head apart (DeepSpeed: one global norm)
                     add("value_grad_norm", value_norm)
                 self._forget_prefixes()
+        bar.close()
         if coll.active:
             out = merge_weighted_means(stats, coll)
             out["update_tokens"] = coll.sum([tokens_done])[0]
@@ -232,7 +264,8 @@ class UpdateMixin:
         self.backend.zero_grad()
         m = self.models["judge"]
         m.train()
-        s = m.judge_scores(prompts)
+        with self._precision():
+            s = m.judge_scores(prompts)
         loss, _, _ = L.judge_loss(s, torch.tensor([float(b) for b in labels]), self.cfg.band_weight)
         self.backend.backward(loss, last=True)
         self.backend.step()

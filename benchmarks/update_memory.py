@@ -1,0 +1,394 @@
+"""Peak memory and seconds of one training update, by phase, with the log-probability paths side by side.
+
+    python benchmarks/update_memory.py --tasks T.jsonl --out docs/results/update-memory-2026-12-04.json
+    python benchmarks/update_memory.py --batch batch.json --paths lean --chunk 256   # phases only, one path
+    python benchmarks/update_memory.py --tasks T.jsonl --save-batch batch.json --paths none   # rollout only
+
+The small training profile (SmolLM2-135M, LoRA on every linear layer, the fast int8 rollout engine,
+the grammar with scope rules), as ``omtr train`` runs it. Each part runs in a fresh child process,
+so that one part's freed memory (which the allocator may keep) does not hide or inflate another's:
+
+1. **rollout** (one child): the trainer's first task, ``samples_per_task`` (8) samples at the
+   training temperature through the episode loop (fast engine, planner, Judge), rewarded and given
+   group advantages as the trainer does. The batch (prompts, tokens, the engine's log-probs,
+   advantages, the Judge's labelled specs) is saved, so every path below sees the same one. A
+   group whose rewards all agree has zero advantages: they are then replaced by +-1 (marked in the
+   output) so that the PPO loss has a gradient; its memory and time do not depend on them.
+2. **phases** (one child per path: ``old`` is ``logprob_chunk=0`` and
+   ``activation_checkpointing=false``, as before: the whole micro-batch's [B, L, V] logits and
+   every decoder layer's activations kept; ``chunked`` the log-probabilities a chunk of positions
+   at a time (the model's ``logprob_chunk`` or ``--chunk``), activations still kept; ``lean`` the
+   defaults, chunks and activation checkpointing): the trainer built as ``omtr train`` builds it, the rollout engine refreshed (its int8 weights held as in training),
+   then the trainer's own methods on the saved batch:
+   ``old_logprobs`` (:meth:`UpdateMixin._recompute_old`, no gradients),
+   ``ppo_loss`` (:meth:`UpdateMixin._ppo_loss` of each Actor micro-batch and its backward),
+   ``judge_loss`` (``judge_scores`` of the Judge's micro-batch, ``judge_loss`` and its backward),
+   ``step`` (the optimizer step). ``bf16`` is ``lean`` under ``update_dtype=bf16`` (a bf16 autocast
+   of the old-log-prob pass and the update; fp32 where the CPU lacks native bf16).
+
+Memory is the process's resident set (RSS, ``/proc/self/statm``) sampled every ``--interval-ms``
+milliseconds by a thread (torch's CPU kernels release the GIL, so the sampler runs during them);
+each phase reports its RSS at the start and its peak, and each child its ``ru_maxrss``. torch's
+own allocator statistics do not cover CPU tensors and tracemalloc does not see them at all.
+The children also report the values (old log-probs, PPO and Judge losses, the gradient's norm)
+and save the gradients; the parent reports their largest differences from the ``old`` path and
+the gradients' cosine (and ``bf16`` against ``lean``, the effect of the format alone). Where the policy's recomputed
+old log-prob of a sampled token is -inf (its replayed mask refuses a token the engine sampled),
+the engine's value stands in for it, so that the loss and the gradient are finite; their count
+is reported (``nonfinite_old_logprobs``). One JSON object to stdout and ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 2**20
+
+
+class RssSampler:
+    """Peak RSS per phase, from a sampling thread."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb())
+            time.sleep(self.interval_s)
+
+    def phase(self, name: str, report: dict):
+        sampler = self
+
+        class _Phase:
+            def __enter__(self):
+                self.start_rss = rss_mb()
+                sampler.peak = self.start_rss
+                self.t0 = time.perf_counter()
+                return self
+
+            def __exit__(self, *exc):
+                secs = time.perf_counter() - self.t0
+                peak = max(sampler.peak, rss_mb())
+                report[name] = {"seconds": round(secs, 2), "rss_start_mb": round(self.start_rss),
+                                "rss_peak_mb": round(peak), "rss_end_mb": round(rss_mb()),
+                                **report.get(name, {})}
+                return False
+
+        return _Phase()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _maxrss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# path -> (logprob_chunk, activation_checkpointing, update_dtype); None: the default
+PATHS = {"old": (0, False, "fp32"), "chunked": (None, False, "fp32"), "lean": (None, None, "fp32"),
+         "bf16": (None, None, "bf16")}
+
+
+def _trainer(args, tmp: str, chunk: int | None, ckpt: bool | None = None, dtype: str | None = None):
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.tasks.training import load_training_tasks
+
+    cfg = train_profile(args.profile).replace(mlflow=False, torch_threads=args.threads or None)
+    if chunk is not None:
+        cfg = cfg.replace(logprob_chunk=chunk)
+    if ckpt is not None:
+        cfg = cfg.replace(activation_checkpointing=ckpt)
+    if dtype is not None:
+        cfg = cfg.replace(update_dtype=dtype)
+    tasks = load_training_tasks(args.tasks) if args.tasks else None
+    if tasks is None:  # the phases need no task records: any one for the Trainer's checks
+        from omtr.tasks.generators import generate
+
+        tasks = [t.for_training() for t in generate("blocksworld", 1, 0, min_objects=2, max_objects=2, verify=False)]
+    return Trainer(cfg, tasks, tmp, quiet=True)
+
+
+# ---------------------------------------------------------------------------------------- children
+
+def child_rollout(args) -> dict:
+    from omtr.config import EpisodeConfig
+    from omtr.inference.episode import run_episodes
+    from omtr.inference.policy import Sampling
+    from omtr.rl.steps import rewarded_items
+
+    sampler = RssSampler(args.interval_ms / 1000)
+    report: dict = {"rss_after_imports_mb": round(rss_mb())}
+    with tempfile.TemporaryDirectory() as tmp:
+        with sampler.phase("build", report):
+            tr = _trainer(args, tmp, None)
+        cfg = tr.cfg
+        task = tr.batch_tasks(0)[0]
+        tasks = [task] * cfg.samples_per_task
+        with tr._environment() as env:
+            with sampler.phase("engine_refresh", report):
+                policy, _ = tr._rollout_policy()
+            sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
+                                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed * 7919 + 1)
+            with sampler.phase("rollout", report):
+                eps = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
+                                   budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
+                                   judge=cfg.use_judge)
+        items, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False)
+        tr._advantages(items)
+    sampler.close()
+    train = [it for it in items if it.advantage is not None and it.tokens]
+    substituted = all(abs(it.advantage) < 1e-12 for it in train)
+    if substituted:
+        for k, it in enumerate(train):
+            it.advantage = 1.0 if k % 2 == 0 else -1.0
+    batch = {
+        "task": str(task.id),
+        "advantages_substituted": substituted,
+        "items": [{"ep": it.ep, "group": list(it.group), "role": it.role, "step": it.step, "prompt": it.prompt,
+                   "tokens": it.tokens, "old_logprobs": it.old_logprobs, "outcome": it.outcome,
+                   "limited": it.limited, "judge_score": it.judge_score, "reward": it.reward,
+                   "advantage": it.advantage, "domain": it.domain, "objects": it.objects} for it in train],
+        "judge_items": [{"prompt": j.prompt, "label": j.label} for j in judge_items[: cfg.judge_items_per_update or None]],
+    }
+    Path(args.batch).write_text(json.dumps(batch))
+    report["maxrss_mb"] = round(_maxrss_mb())
+    report["outcomes"] = [it.outcome for it in train]
+    report["completion_tokens"] = [len(it.tokens) for it in train]
+    return report
+
+
+def child_phases(args) -> dict:
+    import torch
+
+    from omtr.rl import losses as L
+    from omtr.rl.steps import JudgeItem, StepItem, _chunks
+
+    chunk, ckpt, dtype = PATHS[args.path]
+    if chunk is None:
+        chunk = args.chunk
+    sampler = RssSampler(args.interval_ms / 1000)
+    report: dict = {"rss_after_imports_mb": round(rss_mb())}
+    data = json.loads(Path(args.batch).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        with sampler.phase("build", report):
+            tr = _trainer(args, tmp, chunk, ckpt, dtype)
+        cfg = tr.cfg
+        model = tr.models["actor"]
+        report["logprob_chunk"] = model.cfg.logprob_chunk
+        report["activation_checkpointing"] = model.cfg.activation_checkpointing
+        report["update_dtype"] = tr.update_dtype
+        with sampler.phase("engine_refresh", report):
+            tr._rollout_policy()  # the fast engine's int8 weights, held through the update as in training
+        items = [StepItem(**{**d, "group": tuple(d["group"])}) for d in data["items"]]
+        judge = [JudgeItem(d["prompt"], d["label"], k) for k, d in enumerate(data["judge_items"])]
+        prompt_tokens = [len(p) for p in model.encode_prompts([it.prompt for it in items])]
+        report["batch"] = {"rows": len(items), "prompt_tokens": prompt_tokens,
+                           "completion_tokens": [len(it.tokens) for it in items],
+                           "judge_prompts": len(judge),
+                           "judge_prompt_tokens": [len(p) for p in model.encode_prompts([j.prompt for j in judge])]}
+        with sampler.phase("old_logprobs", report):
+            engine_kl = tr._recompute_old(items) if not tr.exact_rollout else None
+        report["old_logprobs"]["engine_kl"] = engine_kl
+        bad = 0
+        for it, d in zip(items, data["items"]):
+            for j, x in enumerate(it.old_logprobs):
+                if not math.isfinite(x):
+                    it.old_logprobs[j] = d["old_logprobs"][j]
+                    bad += 1
+        report["nonfinite_old_logprobs"] = bad
+        for m in tr.distinct:
+            m.train()
+        tr.backend.zero_grad()
+        values: dict = {"old_logprobs": [list(it.old_logprobs) for it in items]}
+        ppo = {"forward_s": 0.0, "backward_s": 0.0}
+        with sampler.phase("ppo_loss", report):
+            chunks = _chunks([it for it in items if it.role == "actor"], cfg.micro_batch_size)
+            for c in chunks:
+                t0 = time.perf_counter()
+                with tr._precision():
+                    loss, st = tr._ppo_loss("actor", c)
+                t1 = time.perf_counter()
+                tr.backend.backward(loss * cfg.actor_weight * len(c) / len(items), last=False)
+                ppo["forward_s"] += t1 - t0
+                ppo["backward_s"] += time.perf_counter() - t1
+                values.setdefault("ppo_loss", []).append(loss.item())
+        report["ppo_loss"].update({k: round(v, 2) for k, v in ppo.items()})
+        report["ppo_loss"]["micro_batches"] = len(chunks)
+        params = [p for m in tr.distinct for p in m.parameters() if p.requires_grad]
+        values["ppo_grad_norm"] = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
+        if args.grads:  # the PPO gradient, for the parent's cosine between paths
+            torch.save(torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel())
+                                  for p in params]), f"{args.grads}.{args.path}.ppo.pt")
+        if judge and cfg.use_judge:
+            jm = tr.models["judge"]
+            with sampler.phase("judge_loss", report):
+                for c in _chunks(judge, cfg.micro_batch_size):
+                    t0 = time.perf_counter()
+                    with tr._precision():
+                        s = jm.judge_scores([j.prompt for j in c])
+                    loss, _, _ = L.judge_loss(s, torch.tensor([float(j.label) for j in c]), cfg.band_weight)
+                    t1 = time.perf_counter()
+                    tr.backend.backward(loss * cfg.judge_weight * len(c) / len(judge), last=True)
+                    report.setdefault("judge_loss", {})
+                    report["judge_loss"]["forward_s"] = round(report["judge_loss"].get("forward_s", 0) + t1 - t0, 2)
+                    report["judge_loss"]["backward_s"] = round(report["judge_loss"].get("backward_s", 0)
+                                                               + time.perf_counter() - t1, 2)
+                    values.setdefault("judge_loss", []).append(loss.item())
+        if args.grads:  # the PPO and Judge gradient together (clipped by the step: taken before it)
+            torch.save(torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel())
+                                  for p in params]), f"{args.grads}.{args.path}.all.pt")
+        with sampler.phase("step", report):
+            values["grad_norm"] = float(tr.backend.step())
+    sampler.close()
+    report["maxrss_mb"] = round(_maxrss_mb())
+    report["values"] = values
+    return report
+
+
+# ---------------------------------------------------------------------------------------- parent
+
+def _run_child(argv: list[str]) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        proc = subprocess.run([sys.executable, __file__, *argv, "--child-out", out], text=True)
+        if proc.returncode:
+            raise SystemExit(f"child {' '.join(argv)} failed with status {proc.returncode}")
+        return json.loads(Path(out).read_text())
+    finally:
+        os.unlink(out)
+
+
+def _cosine(grads: str, a: str, b: str, which: str) -> float | None:
+    import torch
+
+    try:
+        x, y = (torch.load(f"{grads}.{p}.{which}.pt").double() for p in (a, b))
+    except FileNotFoundError:
+        return None
+    return float(torch.nn.functional.cosine_similarity(x, y, dim=0))
+
+
+def _diffs(a: dict, b: dict, grads: str | None = None, pa: str = "", pb: str = "") -> dict:
+    va, vb = a["values"], b["values"]
+    old = max((abs(x - y) for ra, rb in zip(va["old_logprobs"], vb["old_logprobs"]) for x, y in zip(ra, rb)),
+              default=0.0)
+    out = {"old_logprobs_max_abs": old,
+           "ppo_loss_max_abs": max(abs(x - y) for x, y in zip(va.get("ppo_loss", [0]), vb.get("ppo_loss", [0]))),
+           "ppo_grad_norm_rel": abs(va["ppo_grad_norm"] - vb["ppo_grad_norm"]) / max(va["ppo_grad_norm"], 1e-30)}
+    if "judge_loss" in va and "judge_loss" in vb:
+        out["judge_loss_max_abs"] = max(abs(x - y) for x, y in zip(va["judge_loss"], vb["judge_loss"]))
+    mean_abs = [abs(x - y) for ra, rb in zip(va["old_logprobs"], vb["old_logprobs"]) for x, y in zip(ra, rb)]
+    out["old_logprobs_mean_abs"] = sum(mean_abs) / max(1, len(mean_abs))
+    if grads:
+        out["ppo_grad_cosine"] = _cosine(grads, pa, pb, "ppo")
+        out["grad_cosine"] = _cosine(grads, pa, pb, "all")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="small", help="training profile (default small)")
+    ap.add_argument("--tasks", help="training task records (omtr tasks generate); the rollout takes the first "
+                                    "task of the trainer's first batch (default: 32 generated BlocksWorld tasks, "
+                                    "2-4 blocks, seed 0)")
+    ap.add_argument("--batch", help="a batch saved by an earlier run (--save-batch): skip the rollout")
+    ap.add_argument("--save-batch", help="keep the rollout's batch in this file")
+    ap.add_argument("--paths", default="old,chunked,lean,bf16",
+                    help="paths, in order: old (logprob_chunk=0, no activation checkpointing, fp32: the update as "
+                         "before), chunked (chunks only), lean (chunks and checkpointing, fp32), bf16 (lean under "
+                         "update_dtype=bf16); 'none' for the rollout alone (default old,chunked,lean,bf16)")
+    ap.add_argument("--chunk", type=int, default=None, help="logprob_chunk of the chunked path (default: the model's)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    ap.add_argument("--interval-ms", type=float, default=5.0, help="RSS sampling interval (default 5 ms)")
+    ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--child", choices=("rollout", "phases"), help=argparse.SUPPRESS)
+    ap.add_argument("--path", choices=tuple(PATHS), help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
+    ap.add_argument("--grads", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child:
+        import logging
+
+        logging.basicConfig(level=logging.WARNING)
+        rep = child_rollout(args) if args.child == "rollout" else child_phases(args)
+        Path(args.child_out).write_text(json.dumps(rep))
+        return
+
+    common = ["--profile", args.profile, "--threads", str(args.threads), "--interval-ms", str(args.interval_ms)]
+    out: dict = {"benchmark": "update_memory", "profile": args.profile, "threads": args.threads or None,
+                 "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+                 "memory": "peak RSS sampled every %g ms by a thread, each part in a fresh process" % args.interval_ms}
+    tmpdir = tempfile.TemporaryDirectory()
+    tasks = args.tasks
+    batch = args.batch
+    if batch is None:
+        if tasks is None:
+            tasks = str(Path(tmpdir.name) / "tasks.jsonl")
+            subprocess.run([sys.executable, "-m", "omtr", "tasks", "generate", "--family", "blocksworld", "--n", "32",
+                            "--min-objects", "2", "--max-objects", "4", "--seed", "0", "--split", "train",
+                            "--out", tasks], check=True, capture_output=True)
+        batch = args.save_batch or str(Path(tmpdir.name) / "batch.json")
+        print("rollout ...", file=sys.stderr)
+        out["rollout"] = _run_child(["--child", "rollout", "--tasks", tasks, "--batch", batch, *common])
+        print(json.dumps({k: out["rollout"][k] for k in ("rollout", "maxrss_mb")}), file=sys.stderr)
+    out["batch_file"] = args.batch
+    out["advantages_substituted"] = json.loads(Path(batch).read_text()).get("advantages_substituted")
+    out["paths"] = {}
+    grads = str(Path(tmpdir.name) / "grad")
+    for path in [p for p in args.paths.split(",") if p and p != "none"]:
+        print(f"phases, {path} path ...", file=sys.stderr)
+        argv = ["--child", "phases", "--path", path, "--batch", batch, "--grads", grads, *common]
+        if args.chunk is not None:
+            argv += ["--chunk", str(args.chunk)]
+        rep = _run_child(argv)
+        out["paths"][path] = rep
+        print(json.dumps({k: rep[k] for k in ("old_logprobs", "ppo_loss", "maxrss_mb") if k in rep}), file=sys.stderr)
+    p = out["paths"]
+    if "old" in p:
+        out["differences_from_old"] = {path: _diffs(p["old"], p[path], grads, "old", path) for path in p if path != "old"}
+    if "lean" in p and "bf16" in p:
+        out["bf16_vs_lean"] = _diffs(p["lean"], p["bf16"], grads, "lean", "bf16")
+    out["summary"] = {ph: {path: {"rss_peak_mb": p[path][ph]["rss_peak_mb"], "seconds": p[path][ph]["seconds"]}
+                           for path in p if ph in p[path]}
+                      for ph in ("old_logprobs", "ppo_loss", "judge_loss", "step")}
+    out["summary"]["process_maxrss_mb"] = {path: p[path]["maxrss_mb"] for path in p}
+    # the update as the trainer times it: the PPO and Judge losses with their backward passes, the step
+    upd = {path: round(sum(p[path].get(ph, {}).get("seconds", 0.0) for ph in ("ppo_loss", "judge_loss", "step")), 2)
+           for path in p}
+    out["summary"]["update_s"] = upd
+    if "old" in upd:
+        out["summary"]["update_speedup_vs_old"] = {path: round(upd["old"] / upd[path], 2) for path in upd if upd[path]}
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    tmpdir.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""Token log-probabilities a chunk of positions at a time (``logprob_chunk``, omtr.model.logprobs)
+equal the whole batch's vocabulary-wide path (``logprob_chunk=0``): values and the gradients of
+every trainable parameter, grammar off / plain / scoped, temperature 1 and 0.7, ragged completions,
+frozen and trainable (tied) backbone, the reference policy; and on SmolLM2 for a fixed batch."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from omtr.config import ConfigError, ModelConfig  # noqa: E402
+from omtr.inference.policy import Sampling  # noqa: E402
+
+PROMPTS = [
+    [{"role": "user", "content": "Stack block a on block b."}],
+    [{"role": "system", "content": "Write PDDL."}, {"role": "user", "content": "Move both balls to room b, then stop."}],
+    [{"role": "user", "content": "Deliver the package."}],
+]
+CHUNK = 5  # positions: several chunks per row, boundaries that fall inside rows
+
+
+def _use(m, chunk):
+    m.cfg = m.cfg.replace(logprob_chunk=chunk) if chunk else m.cfg.replace(logprob_chunk=0)
+
+
+@pytest.fixture(scope="module")
+def micro():
+    """A micro model with every role parameter non-trivial (LoRA B starts at zero) and a grammar
+    whose bounds let random weights finish a spec."""
+    torch.set_num_threads(1)
+    from omtr.model import build_model
+    from omtr.model.grammar import GrammarLimits
+
+    m = build_model("micro")
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_" in name or name.startswith("role_embeddings"):
+                p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    m.set_grammar_limits(GrammarLimits(name_len=4, ws=2, types=2, predicates=2, predicate_args=2, actions=1,
+                                       parameters=2, literals=2, objects=3, init=3, goal=2, atom_args=2))
+    return m
+
+
+@pytest.fixture(scope="module")
+def completions(micro):
+    """Per constraint: completions sampled under it at 0.7, cut to ragged lengths (a prefix of a
+    sequence the grammar accepts is one it accepts)."""
+    out = {}
+    for mode in ("off", "plain", "scoped"):
+        gens = micro.generate("actor", PROMPTS, Sampling(greedy=False, temperature=0.7, max_new_tokens=60, seed=2),
+                              constraint=mode)
+        out[mode] = (gens, [g.token_ids[: max(1, len(g.token_ids) - 17 * b)] for b, g in enumerate(gens)])
+    return out
+
+
+def _run(m, chunk, comps, temperature, mode, **kw):
+    """Log-probs, mask and every trainable parameter's gradient of a position-weighted sum."""
+    _use(m, chunk)
+    m.zero_grad(set_to_none=True)
+    lp, mask = m.token_logprobs("actor", PROMPTS, comps, temperature=temperature, constraint=mode, **kw)
+    weights = torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)  # every position its own weight
+    (lp * weights).sum().backward()
+    return lp.detach(), mask, _grads(m)
+
+
+def _grads(m):
+    return {n: (p.grad.clone() if p.grad is not None else None) for n, p in m.named_parameters() if p.requires_grad}
+
+
+def _assert_same(a, b, *, atol=1e-5, rtol=1e-4):
+    lp0, mask0, g0 = a
+    lp1, mask1, g1 = b
+    assert torch.equal(mask0, mask1)
+    assert torch.allclose(lp0, lp1, atol=atol), (lp0 - lp1).abs().max()
+    assert set(g0) == set(g1)
+    missing = [n for n in g0 if (g0[n] is None) != (g1[n] is None)]
+    assert not missing, missing
+    for n in g0:
+        if g0[n] is None:
+            continue
+        scale = g0[n].abs().max().item()
+        assert torch.allclose(g0[n], g1[n], atol=atol + rtol * scale), (n, (g0[n] - g1[n]).abs().max().item(), scale)
+
+
+@pytest.fixture()
+def counted(monkeypatch):
+    """How often the chunked path ran (so an equality can never come from both runs taking the old one)."""
+    import omtr.model.logprobs as lp
+
+    calls = []
+    real = lp._ChunkedLogprobs.apply
+    monkeypatch.setattr(lp._ChunkedLogprobs, "apply", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["off", "scoped"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_and_gradients_equal_the_full_batch_path(micro, completions, counted, mode, temperature):
+    gens, comps = completions[mode]
+    assert len({len(c) for c in comps}) == len(comps), "ragged lengths"
+    full = _run(micro, 0, comps, temperature, mode)
+    assert not counted
+    chunked = _run(micro, CHUNK, comps, temperature, mode)
+    assert counted == [sum(len(c) for c in comps)], "the completion positions alone, through the chunked path"
+    _assert_same(full, chunked)
+    grads = chunked[2]
+    assert any(g is not None and g.abs().sum() > 0 for n, g in grads.items() if "lora_" in n)
+    assert grads["role_embeddings"].abs().sum() > 0
+    assert all(grads[n] is None for n in grads if ".editor." in n or ".judge." in n), "inactive adapters"
+    lp, mask = chunked[0], chunked[1]
+    assert (lp[~mask] == 0).all()
+    if temperature == 0.7:  # and both equal what the sampler saw
+        for b, (g, c) in enumerate(zip(gens, comps)):
+            assert torch.allclose(lp[b, :len(c)], torch.tensor(g.logprobs[:len(c)]), atol=1e-4)
+
+
+def test_chunked_path_applies_the_masks_and_the_temperature(micro, completions):
+    """The checks above would be vacuous if masks or temperature did nothing on these tokens."""
+    _, comps = completions["scoped"]
+    _use(micro, CHUNK)
+    with torch.no_grad():
+        scoped, mask = micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="scoped")
+        free, _ = micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="off")
+        hot, _ = micro.token_logprobs("actor", PROMPTS, comps, temperature=1.0, constraint="scoped")
+    assert (scoped[mask] > free[mask] + 1e-3).any() and (scoped[mask] >= free[mask] - 1e-5).all()
+    assert (scoped[mask] - hot[mask]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_chunk_sizes_and_a_trainable_tied_backbone(completions, chunk):
+    """Frozen backbone off: the head's weight (tied to the input embeddings) trains, and its
+    gradient (recomputed per chunk in the backward pass) equals autograd's on the full logits."""
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    m.cfg = m.cfg.replace(train_backbone=True)
+    m._set_trainable()
+    head = m.base_model.get_output_embeddings()
+    assert head.weight.requires_grad and head.weight is m.base_model.get_input_embeddings().weight
+    _, comps = completions["plain"]
+    full = _run(m, 0, comps, 0.7, "plain")
+    chunked = _run(m, chunk, comps, 0.7, "plain")
+    _assert_same(full, chunked)
+    assert chunked[2][next(n for n, p in m.named_parameters() if p is head.weight)].abs().sum() > 0
+
+
+def test_reference_policy_and_no_grad(micro, completions):
+    _, comps = completions["scoped"]
+    out = {}
+    for chunk in (0, CHUNK):
+        _use(micro, chunk)
+        with micro.reference(), torch.no_grad():
+            out[chunk] = micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="scoped")[0]
+    assert not out[CHUNK].requires_grad
+    assert torch.allclose(out[0], out[CHUNK], atol=1e-5)
+
+
+def test_chunked_function_against_log_softmax():
+    """omtr.model.logprobs alone: bias, a mask, temperature, gradients of hidden, weight and bias."""
+    from omtr.model.logprobs import chunked_token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    N, H, V = 23, 8, 50
+    hidden = torch.randn(N, H, generator=g, dtype=torch.float64).float().requires_grad_()
+    head = torch.nn.Linear(H, V)
+    targets = torch.randint(0, V, (N,), generator=g)
+    banned = torch.rand(N, V, generator=g) < 0.4
+    banned[torch.arange(N), targets] = False
+
+    def apply_mask(z, rows):  # rows: indices into `banned`, standing in for a bitmask
+        z.masked_fill_(banned[rows.squeeze(1)], float("-inf"))
+
+    rows = torch.arange(N).unsqueeze(1)
+    got = chunked_token_logprobs(hidden, head, targets, temperature=0.7, chunk=4, bitmask=rows, apply_mask=apply_mask)
+    w = torch.randn(N, generator=g)
+    (got * w).sum().backward()
+    mine = [hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone()]
+    hidden.grad = head.weight.grad = head.bias.grad = None
+    z = (head(hidden) / 0.7).masked_fill(banned, float("-inf"))
+    want = torch.log_softmax(z, -1).gather(1, targets.unsqueeze(1)).squeeze(1)
+    (want * w).sum().backward()
+    assert torch.allclose(got, want, atol=1e-5)
+    for a, b in zip(mine, [hidden.grad, head.weight.grad, head.bias.grad]):
+        assert torch.allclose(a, b, atol=1e-5)
+    with pytest.raises(ValueError):
+        chunked_token_logprobs(hidden, head, targets, chunk=0)
+
+
+def test_logprob_chunk_setting():
+    assert ModelConfig().logprob_chunk > 0
+    with pytest.raises(ConfigError, match="logprob_chunk"):
+        ModelConfig(logprob_chunk=-1)
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import build_models
+
+    cfg = train_profile("micro").with_overrides(["logprob_chunk=0"])
+    assert cfg.logprob_chunk == 0
+    models = build_models(cfg)
+    assert models["actor"].cfg.logprob_chunk == 0
+    with pytest.raises(ConfigError, match="logprob_chunk"):
+        train_profile("micro").with_overrides(["logprob_chunk=-3"])
+
+
+@pytest.mark.slow
+def test_smollm2_chunked_equals_full_for_a_fixed_batch():
+    from omtr.model import build_model
+    from omtr.model.backbone import BackboneError
+
+    try:
+        m = build_model("small")
+    except BackboneError as exc:
+        pytest.skip(str(exc))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # LoRA B starts at zero: make the adapters' gradients depend on A and B
+        for name, p in m.named_parameters():
+            if "lora_B" in name and ".actor." in name:
+                p.add_(torch.randn(p.shape, generator=g) * 0.01)
+    prompts = [[{"role": "user", "content": "Write PDDL: block a is on the table; put block a on block b."}],
+               [{"role": "user", "content": "A robot in room a must carry ball1 from room a to room b."}]]
+    gens = m.generate("actor", prompts, Sampling(greedy=False, temperature=0.7, seed=0, max_new_tokens=40),
+                      constraint="plain")
+    comps = [gens[0].token_ids, gens[1].token_ids[:23]]
+    out = {}
+    for chunk in (0, 16):
+        _use(m, chunk)
+        m.zero_grad(set_to_none=True)
+        lp, mask = m.token_logprobs("actor", prompts, comps, temperature=0.7, constraint="plain")
+        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+        out[chunk] = (lp.detach(), mask, _grads(m))
+    _assert_same(out[0], out[16], atol=2e-5, rtol=1e-3)
+    assert torch.allclose(out[16][0][0, :len(comps[0])], torch.tensor(gens[0].logprobs), atol=1e-3)
+
+
+# ------------------------------------------------------------------ activation checkpointing
+
+GROUP = [PROMPTS[1]] * 3  # one task's samples: a shared prompt prefix, computed once (the ReplayCache path)
+
+
+@pytest.fixture()
+def checkpoints(monkeypatch):
+    """How many decoder-layer forward passes ran under torch's checkpoint."""
+    import omtr.model.checkpointing as ck
+
+    calls = []
+    real = ck.checkpoint
+    monkeypatch.setattr(ck, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def _with_ckpt(m, on):
+    m.cfg = m.cfg.replace(activation_checkpointing=on)
+
+
+@pytest.mark.parametrize("prompts", [GROUP, PROMPTS], ids=["shared-prefix", "distinct"])
+@pytest.mark.parametrize("chunk", [0, CHUNK])
+def test_checkpointed_layers_give_the_same_logprobs_and_gradients(micro, completions, checkpoints, prompts, chunk):
+    _, comps = completions["scoped"]
+    out = {}
+    for on in (False, True):
+        _with_ckpt(micro, on)
+        _use(micro, chunk)
+        micro.zero_grad(set_to_none=True)
+        lp, mask = micro.token_logprobs("actor", prompts, comps, temperature=0.7, constraint="off")
+        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+        out[on] = (lp.detach(), mask, _grads(micro))
+        if not on:
+            assert not checkpoints
+    _with_ckpt(micro, True)
+    from omtr.model.checkpointing import decoder_layers
+
+    layers = len(decoder_layers(micro.base_model))
+    assert len(checkpoints) >= layers, "every decoder layer ran under checkpoint"
+    _assert_same(out[False], out[True])
+    assert out[True][2]["role_embeddings"].abs().sum() > 0
+
+
+def test_checkpointed_judge_scores_and_gradients(micro, checkpoints):
+    prompts = [PROMPTS[0] + [{"role": "assistant", "content": "(define (domain d))"}],
+               PROMPTS[0] + [{"role": "assistant", "content": "(define (problem p) (:domain d))"}]]
+    out = {}
+    for on in (False, True):
+        _with_ckpt(micro, on)
+        micro.zero_grad(set_to_none=True)
+        s = micro.judge_scores(prompts)
+        (s * torch.tensor([1.0, -2.0])).sum().backward()
+        out[on] = (s.detach(), _grads(micro))
+    _with_ckpt(micro, True)
+    assert checkpoints
+    assert torch.allclose(out[False][0], out[True][0], atol=1e-6)
+    g0, g1 = out[False][1], out[True][1]
+    assert g1["judge_head.weight"].abs().sum() > 0
+    for n in g0:
+        assert (g0[n] is None) == (g1[n] is None), n
+        if g0[n] is not None:
+            assert torch.allclose(g0[n], g1[n], atol=1e-6 + 1e-4 * g0[n].abs().max().item()), n
+
+
+def test_no_checkpointing_without_gradients(micro, completions, checkpoints):
+    _, comps = completions["off"]
+    _with_ckpt(micro, True)
+    with torch.no_grad():
+        micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+    assert not checkpoints
+
+
+# ------------------------------------------------------------------ bf16 autocast (update_dtype)
+
+def test_bf16_falls_back_to_fp32_with_one_line_where_the_cpu_lacks_it(monkeypatch, caplog):
+    import logging
+
+    import omtr.model.precision as P
+
+    monkeypatch.setattr(P, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    with caplog.at_level(logging.WARNING, logger="omtr.model.precision"):
+        assert P.resolve_update_dtype("bf16", "cpu") == "fp32"
+        assert P.resolve_update_dtype("fp32", "cpu") == "fp32"
+    lines = [r for r in caplog.records if r.name == "omtr.model.precision"]
+    assert len(lines) == 1 and "bf16" in lines[0].getMessage() and "fp32" in lines[0].getMessage()
+    with pytest.raises(ValueError, match="update_dtype"):
+        P.resolve_update_dtype("fp16", "cpu")
+    with pytest.raises(ConfigError, match="update_dtype"):
+        from omtr.rl.config import train_profile
+
+        train_profile("micro").with_overrides(["update_dtype=fp16"])
+
+
+def test_trainer_with_bf16_on_a_cpu_without_it_trains_in_fp32(tmp_path, micro, monkeypatch, caplog):
+    import logging
+
+    import omtr.model.precision as P
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.tasks.training import TrainingTask
+
+    monkeypatch.setattr(P, "_cpu_flags", lambda: set())
+    cfg = train_profile("micro").with_overrides(["update_dtype=bf16", "mlflow=false"])
+    tasks = [TrainingTask("t0", "blocksworld", None, "Put block a on the table.")]
+    with caplog.at_level(logging.WARNING, logger="omtr.model.precision"):
+        tr = Trainer(cfg, tasks, tmp_path / "run", quiet=True, model=micro)
+    assert tr.update_dtype == "fp32"
+    assert sum(r.name == "omtr.model.precision" for r in caplog.records) == 1
+    with tr._precision():
+        assert not torch.is_autocast_enabled("cpu")
+
+
+@pytest.fixture(scope="module")
+def micro_mild():
+    """A micro model whose adapters and role vectors moved as far as training moves them (the
+    ``micro`` fixture's large random steps make its activations chaotic enough that bf16's
+    rounding turns its gradients around: a bound on bf16 needs a model in a trained regime)."""
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_" in name or name.startswith("role_embeddings"):
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return m
+
+
+def test_bf16_autocast_stays_close_to_fp32(micro_mild, completions):
+    """The effect on the log-probabilities and the gradient; the head and the results stay fp32."""
+    import omtr.model.precision as P
+
+    ok, why = P.bf16_support("cpu")
+    if not ok:
+        pytest.skip(why)
+    m = micro_mild
+    _, comps = completions["off"]
+    _use(m, CHUNK)
+    out = {}
+    for name in ("fp32", "bf16", "bf16 again"):
+        m.zero_grad(set_to_none=True)
+        with P.update_autocast(name.split()[0], "cpu"):
+            lp, mask = m.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+        out[name] = (lp.detach(), torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None]))
+    lp32, lp16 = out["fp32"][0], out["bf16"][0]
+    assert lp16.dtype == torch.float32 and out["bf16"][1].dtype == torch.float32
+    assert not torch.equal(lp32, lp16), "the autocast changed the arithmetic"
+    assert torch.equal(lp16, out["bf16 again"][0]), "deterministic: old and new log-probs of a batch agree"
+    diff = (lp32 - lp16)[mask].abs()
+    assert diff.mean() < 0.01 and diff.max() < 0.05, (diff.mean().item(), diff.max().item())
+    cos = torch.nn.functional.cosine_similarity(out["fp32"][1], out["bf16"][1], dim=0)
+    assert cos > 0.99, cos.item()
