@@ -18,6 +18,10 @@ from omtr.config import ConfigError, EpisodeConfig
 from omtr.rl.rewards import BROKEN_CREDIT, GROUNDING_WEIGHT
 from omtr.rollout import PREFIX_CACHE_MB
 
+# Number formats of the passes that train (omtr.model.precision applies them; kept here so that a
+# config is checked without torch)
+UPDATE_DTYPES = ("fp32", "bf16")
+
 _EP = EpisodeConfig()
 
 
@@ -176,8 +180,6 @@ class TrainConfig:
             check_engine_name(self.rollout_engine)
         except UnknownEngine as exc:
             raise ConfigError(f"{exc} (e.g. --set rollout_engine=fast)") from None
-        from omtr.model.precision import UPDATE_DTYPES
-
         if self.update_dtype not in UPDATE_DTYPES:
             raise ConfigError(f"update_dtype {self.update_dtype!r}: choose one of {', '.join(UPDATE_DTYPES)} "
                               "(e.g. --set update_dtype=fp32)")
