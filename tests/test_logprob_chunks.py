@@ -22,6 +22,19 @@ def _use(m, chunk):
     m.cfg = m.cfg.replace(logprob_chunk=chunk) if chunk else m.cfg.replace(logprob_chunk=0)
 
 
+
+def _moved_micro(scale: float):
+    """The micro model with its adapters and role vectors moved by seeded noise of ``scale``."""
+    from omtr.model import build_model
+
+    m = build_model("micro")
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_" in name or name.startswith("role_embeddings"):
+                p.add_(torch.randn(p.shape, generator=g) * scale)
+    return m
+
 @pytest.fixture(scope="module")
 def micro():
     """A micro model with every role parameter non-trivial (LoRA B starts at zero) and a grammar
@@ -30,12 +43,7 @@ def micro():
     from omtr.model import build_model
     from omtr.model.grammar import GrammarLimits
 
-    m = build_model("micro")
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "lora_" in name or name.startswith("role_embeddings"):
-                p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    m = _moved_micro(0.3)
     m.set_grammar_limits(GrammarLimits(name_len=4, ws=2, types=2, predicates=2, predicate_args=2, actions=1,
                                        parameters=2, literals=2, objects=3, init=3, goal=2, atom_args=2))
     return m
@@ -350,13 +358,7 @@ def micro_mild():
     rounding turns its gradients around: a bound on bf16 needs a model in a trained regime)."""
     from omtr.model import build_model
 
-    m = build_model("micro")
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "lora_" in name or name.startswith("role_embeddings"):
-                p.add_(torch.randn(p.shape, generator=g) * 0.05)
-    return m
+    return _moved_micro(0.05)
 
 
 def test_bf16_autocast_stays_close_to_fp32(micro_mild, completions):

@@ -313,22 +313,27 @@ class RoleModel(nn.Module):
         """s_J for each (task, spec) prompt, differentiable; shape [B], values in (0, 1)."""
         ri = self.use_role("judge")
         seqs = self.encode_prompts(prompts)
-        base = self.base_model
+        hidden = self._final_hidden(self.base_model, seqs, ri)
+        return torch.sigmoid(self.judge_head(hidden[:, -1].float())).squeeze(-1)
+
+    def _final_hidden(self, base, seqs: list[list[int]], ri: int, max_prefix: int | None = None) -> torch.Tensor:
+        """The decoder's final hidden states of the rows ``[B, S, H]`` (right-aligned), the LM head
+        run on one position only. Through _prefill: the rows' common prefix (the system message,
+        and for the specs of one task the task and its domain) is computed once; the last call the
+        hook sees is the rows' own part. Checkpointed where training (:meth:`_checkpointed`)."""
         decoder = getattr(base, base.base_model_prefix)  # the transformer without the LM head
         seen: list[torch.Tensor] = []
 
         def keep(mod, args, out):
             seen.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
 
-        # Through _prefill: the rows' common prefix (the system message, and for the specs of one
-        # task the task and its domain) is computed once; the last call is the rows' own part.
         hook = decoder.register_forward_hook(keep)
         try:
             with self._checkpointed():
-                self._prefill(seqs, ri, logits_to_keep=1, reuse=False)
+                self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix)
         finally:
             hook.remove()
-        return torch.sigmoid(self.judge_head(seen[-1][:, -1].float())).squeeze(-1)
+        return seen[-1]
 
     @torch.no_grad()
     def judge(self, prompts: Sequence[Messages], *, batch_size: int = 8) -> list[float]:
@@ -385,19 +390,7 @@ class RoleModel(nn.Module):
         # The final hidden states of the rows (the decoder's output; the head's logits of one
         # position only), then log-probabilities of the completion positions alone, a chunk of
         # positions at a time (omtr.model.logprobs): no [B, L, V] tensor for the whole batch.
-        decoder = getattr(base, base.base_model_prefix)
-        seen: list[torch.Tensor] = []
-
-        def keep(mod, args, out):
-            seen.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
-
-        hook = decoder.register_forward_hook(keep)
-        try:
-            with self._checkpointed():
-                self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix)
-        finally:
-            hook.remove()
-        hidden = seen[-1]  # [B, S, H], right-aligned: position S - 1 - len(c) + j predicts token j of c
+        hidden = self._final_hidden(base, seqs, ri, max_prefix=max_prefix)  # [B, S, H], right-aligned: position S - 1 - len(c) + j predicts token j of c
         S, H = hidden.shape[1], hidden.shape[2]
         idx = torch.cat([torch.arange(b * S + S - 1 - len(c), b * S + S - 1, device=self.device)
                          for b, c in enumerate(comps) if c])
