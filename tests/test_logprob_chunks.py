@@ -40,7 +40,6 @@ def micro():
     """A micro model with every role parameter non-trivial (LoRA B starts at zero) and a grammar
     whose bounds let random weights finish a spec."""
     torch.set_num_threads(1)
-    from omtr.model import build_model
     from omtr.model.grammar import GrammarLimits
 
     m = _moved_micro(0.3)
@@ -356,8 +355,6 @@ def micro_mild():
     """A micro model whose adapters and role vectors moved as far as training moves them (the
     ``micro`` fixture's large random steps make its activations chaotic enough that bf16's
     rounding turns its gradients around: a bound on bf16 needs a model in a trained regime)."""
-    from omtr.model import build_model
-
     return _moved_micro(0.05)
 
 
