@@ -79,12 +79,16 @@ def make_engine(name: str, model, **options):
     return getattr(importlib.import_module(mod), cls)(model, **options)
 
 
+def _behind(policy) -> list:
+    """The engines or models a router holds (``policy.engines`` / ``policy.models``), else none."""
+    return [v for name in ("engines", "models") if isinstance(getattr(policy, name, None), dict)
+            for v in getattr(policy, name).values()]
+
+
 def prefix_cache_engines(policy) -> list:
     """The engines with a prefix cache behind ``policy`` (itself, or a router's engines)."""
     found, seen = [], set()
-    inner = [v for name in ("engines", "models") if isinstance(getattr(policy, name, None), dict)
-             for v in getattr(policy, name).values()]
-    for obj in (policy, *inner):
+    for obj in (policy, *_behind(policy)):
         if hasattr(obj, "set_prefix_cache") and id(obj) not in seen:
             seen.add(id(obj))
             found.append(obj)
@@ -126,10 +130,8 @@ def engine_info(policy) -> dict:
     or ``none`` for a policy that is no role model: scripted answers, a baseline over an HTTP
     backend), and for the fast engine ``int8`` and its prefix cache (``prefix_cache``,
     ``prefix_cache_mb``)."""
-    inner = [v for name in ("engines", "models") if isinstance(getattr(policy, name, None), dict)
-             for v in getattr(policy, name).values()]
     backend = getattr(policy, "backend", None)
-    candidates = [policy, *inner, getattr(backend, "_model", None)]
+    candidates = [policy, *_behind(policy), getattr(backend, "_model", None)]
     for obj in candidates:
         name = getattr(obj, "engine_name", None)
         if name == "fast":
