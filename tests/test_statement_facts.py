@@ -134,6 +134,9 @@ def test_clauses_without_names_get_atoms_over_the_problems_own_objects(domains):
     # while they lack objects, an object of its own takes a type that gives them an atom
     assert not t.admits(" ball_9 - ball")
     assert not t.admits(" left - ball")
+    # "the left gripper is free" names its predicate: a room (at-robby) does not stand in for the
+    # gripper that (free ?) needs (SmolLM2 declared "ball - room balls - room" and no gripper)
+    assert not t.admits(" ball - room")
     # the reading is sure of the names (PlanBench's layout): an object of its own is a word of the
     # task's text, no more of them than the clauses without names need
     assert not t.admits(" g1 - gripper")
@@ -144,6 +147,12 @@ def test_clauses_without_names_get_atoms_over_the_problems_own_objects(domains):
     t = ScopeTracker(given_declarations(d), objects=statement_objects(GRIPPER_NL), limits=full)
     t.feed_text("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room")
     assert t.admits(")")
+    # but objects of its own left untyped at the bound take the type their clauses need first
+    t = ScopeTracker(given_declarations(d), objects=statement_objects(GRIPPER_NL), limits=GrammarLimits(objects=6))
+    t.feed_text("(define (problem p) (:domain gripper-omtr) (:objects room_1 - room ball_1 ball_2 - ball room_3 - room"
+                " ball balls")
+    assert not t.admits(")")
+    assert t.admits(" - gripper)") and not t.admits(" - room)")
 
 
 def test_init_closes_only_when_every_clause_has_its_atom(domains):
@@ -289,6 +298,9 @@ def test_static_facts_the_english_leaves_out_are_unary_named_and_one_per_object(
     assert not t.admits(" (truck package_0)") and not t.admits(" (airplane package_0)")
     assert not t.admits(" (location package_0)") and not t.admits(" (city package_0)")
     assert not t.admits(" (city location_0_0)")  # "location_0_0 is an airport" names its predicate
+    # the statement states each airport ("location_0_0 is an airport"): an airport it does not
+    # state is no fact it left out (SmolLM2 wrote (airport package_0) for (obj package_0))
+    assert not t.admits(" (airport package_0)") and not t.admits(" (airport location_0_1)")
     assert not t.admits(" (in-city truck_0 city_0)")  # a binary static fact must be a clause
     t.feed_text(" (truck truck_0)")
     assert not t.admits(" (obj truck_0)")  # one per object

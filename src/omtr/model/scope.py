@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from omtr.inference.statement import _norm, name_parts
@@ -244,6 +245,7 @@ class ScopeTracker:
         reading = getattr(objects, "reading", None)
         self._nameless_init = reading.nameless[0] if reading is not None else 0
         self.static_extra: frozenset = frozenset()  # objects with a static fact beyond the clauses
+        self.stated: frozenset = frozenset()  # predicates the statement's clauses name (_bind_predicates)
         self.part_limit = {"init": L.init, "goal": L.goal}
         self._tq: _Types | None = None
         self._cands: dict = {}
@@ -259,6 +261,10 @@ class ScopeTracker:
         bound = self._statement.clause_facts(self.preds)
         self.fact_left = {part: bound[part][0] for part in ("init", "goal")}
         self.fact_free = {part: bound[part][1] for part in ("init", "goal")}
+        # The predicates the statement's own clauses name: facts the English states one by one
+        # ("location_0_0 is an airport"), so none of them is a static fact it left out.
+        self.stated = frozenset(p for part in bound.values() for p in
+                                [e[1] for e in part[0]] + list(part[1]) if p is not None)
 
     # ------------------------------------------------------------------ copying
 
@@ -671,9 +677,11 @@ class ScopeTracker:
     def _static_extra(self, pred: str, prefix: list[str], conj: _Frame | None) -> bool:
         """May ``(pred prefix...)`` be a static fact of ``:init`` beyond the statement's clauses? Only
         a unary one (what an untyped domain says instead of a type: ``(truck truck_0)``), at most one
-        per object, the one its name holds where it holds one (:meth:`_named_static`), and while
-        ``:init`` keeps room under the grammar's bound for an atom per clause left."""
-        if not self._static(pred) or len(self.preds[pred]) != 1:
+        per object, the one its name holds where it holds one (:meth:`_named_static`), of a
+        predicate none of the statement's clauses names (PlanBench states each airport, "location_0_0
+        is an airport", so ``(airport package_0)`` is no fact it left out), and while ``:init`` keeps
+        room under the grammar's bound for an atom per clause left."""
+        if not self._static(pred) or len(self.preds[pred]) != 1 or pred in self.stated:
             return False
         used = len(conj.used) if conj is not None and conj.used else 0
         if used + len(self.fact_left["init"]) + len(self.fact_free["init"]) >= self.part_limit["init"]:
@@ -753,19 +761,49 @@ class ScopeTracker:
         return sum(1 for o in f.items if o not in self.required)
 
     def _free_atoms(self, items: dict, cap: int) -> int:
-        """How many atoms over none of the statement's names the objects ``items`` (name -> type)
-        and the constants allow (counted up to ``cap``)."""
+        """How many of ``:init``'s clauses that name nothing (those :meth:`_own_needed` counts) the
+        objects ``items`` (name -> type) and the constants give an atom over none of the statement's
+        names (counted up to ``cap``). A clause whose words name its predicate ("the left gripper is
+        free": ``free``) counts only atoms of that predicate, so a room does not stand in for a
+        gripper; one that takes any predicate counts every atom."""
         tq = self._typeq()
         own = [t for o, t in items.items() if self._fname(o) is None] + list(self.constants.values())
+        counts: dict[str, int] = {}
+
+        def atoms(p: str) -> int:
+            if p not in counts:
+                n = 1
+                for a in self.preds.get(p, ()):
+                    n *= sum(1 for t in own if tq.fits(t, a))
+                counts[p] = n
+            return counts[p]
+
+        wanted = Counter(self.fact_free["init"]) if self.fact_left is not None else Counter()
         total = 0
-        for args in self.preds.values():
-            n = 1
-            for a in args:
-                n *= sum(1 for t in own if tq.fits(t, a))
-            total += n
-            if total >= cap:
-                return total
-        return total
+        for p, k in wanted.items():
+            if p is not None and len(self.preds.get(p, ())) > 0:
+                total += min(k, atoms(p))
+        anyp = wanted[None] if self.fact_left is not None else self._own_needed()
+        if anyp:
+            every = 0
+            for p in self.preds:
+                every += atoms(p)
+                if every >= anyp:
+                    break
+            total += min(anyp, every)
+        return min(total, cap)
+
+    def _typing_helps(self, f: _Frame, waiting: list[str]) -> bool:
+        """Closing a full ``:objects`` ``f`` whose last objects ``waiting`` have no type: would some
+        type give the clauses without names more atoms (``ball balls)`` where ``ball balls -
+        gripper)`` gives "the left gripper is free" its ``(free ?)``)?"""
+        if not self.typing or not waiting or any(self._fname(o) is not None for o in waiting):
+            return False
+        need = self._own_needed()
+        base = {o: t for o, t in f.items.items() if o not in waiting}
+        have = self._free_atoms(f.items, need)
+        return any(self._free_atoms({**base, **{o: t for o in waiting}}, need) > have
+                   for t in self._declared_types())
 
     def _useful_types(self, f: _Frame, fit: set[str]) -> set[str]:
         """Types for the waiting group of objects of the problem's own while the clauses without
@@ -974,11 +1012,15 @@ class ScopeTracker:
                 self.types[item] = (parent,)
                 self.type_items.add(item)
         elif k == OBJECTS:
+            waiting = list(f.group)
             self._finish_typed(f)
             if self._missing_objects(f) or self._group_types(f) or not self._params_viable(f, closing=True):
                 raise Reject
-            if self.fact_left is not None and len(f.items) < self.list_limit[OBJECTS] and self._free_short(f):
-                raise Reject  # the statement's clauses without names would have no atom to stand for them
+            if self.fact_left is not None and self._free_short(f):
+                if len(f.items) < self.list_limit[OBJECTS]:
+                    raise Reject  # the statement's clauses without names would have no atom to stand for them
+                if self._typing_helps(f, waiting):
+                    raise Reject  # at the bound the list may close, but its untyped objects take a type first
             self._mutable_tables()
             self.objects = dict(f.items)
         elif k == ATOM:
