@@ -35,7 +35,7 @@ def test_load_policy_gives_the_role_model():
     pytest.importorskip("torch")
     pytest.importorskip("omtr.model")
     from omtr.inference.loading import load_policy
-    from omtr.inference.policy import Policy
+    from omtr.policy import Policy
 
     assert isinstance(load_policy("micro"), Policy)
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.config import model_profile  # noqa: E402
-from omtr.inference.policy import Generation, Policy, Sampling  # noqa: E402
+from omtr.policy import Generation, Policy, Sampling  # noqa: E402
 
 PROMPTS = [
     [{"role": "user", "content": "Stack block a on block b."}],

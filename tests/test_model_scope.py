@@ -261,7 +261,7 @@ def _prompts(family="blocksworld", n=3):
 
 @pytest.mark.parametrize("given", [False, True])
 def test_token_logprobs_replay_the_scoped_masks(micro, given):
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     prompts = _prompts()
     domains = [examples.BW_DOMAIN] * len(prompts) if given else None
@@ -280,7 +280,7 @@ def test_token_logprobs_replay_the_scoped_masks(micro, given):
 @pytest.mark.slow
 def test_micro_samples_under_scoped_decoding_never_fail_on_names(micro):
     from omtr.inference.extract import extract_spec
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     prompts = _prompts("gripper", 4)
     gens = micro.generate("actor", prompts, Sampling(greedy=False, temperature=1.0, max_new_tokens=500, seed=1),

@@ -204,8 +204,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     ``tasks_file``) go into the provenance; a resumed run under another policy, budget or solver
     config raises :class:`~omtr.evaluation.provenance.RunMismatch` before anything is written."""
     from omtr.evaluation import provenance as prov
-    from omtr.inference.policy import Sampling
     from omtr.inference.select import run_with_select
+    from omtr.policy import Sampling
 
     cfg = config or EvalConfig()
     out = Path(out_dir)

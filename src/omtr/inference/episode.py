@@ -37,8 +37,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
-from omtr.inference.policy import ContextOverflow, Generation, Policy, Sampling
 from omtr.inference.statement import read_statement, statement_objects
+from omtr.policy import ContextOverflow, Generation, Policy, Sampling
 from omtr.solver.verdict import Verdict
 from omtr.tasks.training import TrainingTask, task_mode
 

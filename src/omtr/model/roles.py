@@ -36,9 +36,9 @@ import torch
 from torch import nn
 
 from omtr.config import ROLE_NAMES, ModelConfig
-from omtr.inference.policy import Generation, Messages, Sampling
-from omtr.model.batching import alike_chunks, prompt_text
 from omtr.model.backbone import Backbone, _ensure_pad, load_backbone, resolve_device, resolve_dtype
+from omtr.model.batching import alike_chunks, prompt_text
+from omtr.policy import Generation, Messages, Sampling
 
 log = logging.getLogger("omtr.model")
 
@@ -49,7 +49,7 @@ MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt prefix is not worth a 
 
 
 class RoleModel(nn.Module):
-    """The three-role model. Implements :class:`omtr.inference.policy.Policy`."""
+    """The three-role model. Implements :class:`omtr.policy.Policy`."""
 
     def __init__(self, cfg: ModelConfig, backbone: Backbone):
         from peft import LoraConfig, get_peft_model
@@ -512,10 +512,10 @@ class RoleModel(nn.Module):
         """Each prompt's token limit: ``sampling.max_new_tokens``, raised where the answer is PDDL
         under the decoder and its task's statement needs more (:func:`omtr.model.grammar.answer_tokens`,
         sized from the names and clauses as the grammar's bounds are; ``sampling.fit_statement``
-        False keeps it fixed). Raises :class:`omtr.inference.policy.ContextOverflow` where a prompt
+        False keeps it fixed). Raises :class:`omtr.policy.ContextOverflow` where a prompt
         with that many tokens after it would not fit the model's context."""
-        from omtr.inference.policy import ContextOverflow
         from omtr.model.grammar import answer_tokens
+        from omtr.policy import ContextOverflow
 
         base = sampling.max_new_tokens
         ctx = getattr(getattr(self.lm, "config", None), "max_position_embeddings", None)

@@ -6,6 +6,10 @@ implements this protocol, and so do scripted policies in tests and (later) LLM b
 
 Prompts are chat messages (``[{"role": "system"|"user"|"assistant", "content": str}, ...]``);
 the policy applies its own chat template.
+
+Shared vocabulary, below every room that uses it: the episode loop (``omtr.inference``) asks through
+it, and the role model (``omtr.model``) and the rollout engines (``omtr.rollout``) answer in it, so
+this module imports nothing of omtr.
 """
 
 from __future__ import annotations
