@@ -102,8 +102,8 @@ def mutants(task, prob: str) -> dict:
     """The changed references of ``--mutants`` (module doc); a kind is left out where it does not apply."""
     import re
 
-    from omtr.inference.statement import clause_predicate, read_statement
     from omtr.model.scope import given_declarations
+    from omtr.statement import clause_predicate, read_statement
 
     reading = read_statement(task.nl)
     out = {}

@@ -76,7 +76,7 @@ def test_random_walks_under_a_given_domain_write_problems_that_lint(tokenizer):
 
 
 def test_random_walks_with_statement_names_declare_every_name_and_never_dead_end(tokenizer):
-    """The task statement's names as required objects (omtr.inference.statement, test_statement_objects.py)."""
+    """The task statement's names as required objects (omtr.statement, test_statement_objects.py)."""
     from omtr.spec.model import parse_problem
 
     g = PddlGrammar(tokenizer, len(tokenizer), GrammarLimits(name_len=8, objects=8, init=6, goal=3))

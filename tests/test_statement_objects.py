@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
-from omtr.inference.statement import statement_objects  # noqa: E402
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.spec.model import parse_problem  # noqa: E402
+from omtr.statement import statement_objects  # noqa: E402
 
 GRIPPER_NL = ("A robot with a left and a right gripper carries balls between rooms; a gripper is free when it "
               "holds no ball, and the robot is in one room at a time.\n[STATEMENT]\nAs initial conditions I have "
@@ -196,9 +196,9 @@ def test_every_episode_records_the_rules_it_ran_under(micro):
 
     from omtr.evaluation.metrics import compute_metrics
     from omtr.inference.episode import decoding_rules, run_episodes
-    from omtr.inference.statement import read_statement
     from omtr.policy import Sampling
     from omtr.solver import SolverPool
+    from omtr.statement import read_statement
     from omtr.tasks.training import TrainingTask
     from omtr.validation.episodes import rows_from_traces
 

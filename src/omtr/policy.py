@@ -80,7 +80,7 @@ class Policy(Protocol):
         that domain alone, which a constrained decoder may scope to the domain's names. A policy
         with ``routes_by_id = True`` also gets ``task_ids=`` (each prompt's task id), beside
         ``domains`` in a domain-given batch; one with ``takes_objects = True`` gets ``objects=``
-        (the names each prompt's task statement uses, :func:`omtr.inference.statement.statement_objects`,
+        (the names each prompt's task statement uses, :func:`omtr.statement.statement_objects`,
         None where it names none), which omtr's scoped decoder makes the problem declare."""
         ...
 

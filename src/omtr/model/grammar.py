@@ -64,7 +64,7 @@ def statement_limits(limits: GrammarLimits, objects) -> GrammarLimits:
     clause that names nothing (Gripper's "the left gripper is free"), ``:init`` atoms for every
     clause plus one static fact per name (PlanBench's Logistics never states ``(truck t0)``), goal
     atoms for every goal clause, names as long as the longest. Rounded up to multiples of 8, so few
-    grammars are compiled. ``objects``: the statement's names (:class:`omtr.inference.statement.StatementNames`)."""
+    grammars are compiled. ``objects``: the statement's names (:class:`omtr.statement.StatementNames`)."""
     if not objects:
         return limits
     reading = getattr(objects, "reading", None)

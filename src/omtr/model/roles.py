@@ -503,7 +503,7 @@ class RoleModel(nn.Module):
             return None
         if len(objects) != n:
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
-        from omtr.inference.statement import decoder_objects
+        from omtr.statement import decoder_objects
 
         return [decoder_objects(o, self.cfg.statement_objects, self.cfg.statement_facts,
                                 getattr(self.cfg, "statement_predicates", True)) for o in objects]
@@ -579,7 +579,7 @@ class RoleModel(nn.Module):
         given domain (PDDL text): that answer is a problem alone, decoded under the problem grammar
         and, when scoped, the given domain's predicates, types and constants. A given domain that
         does not parse raises :class:`omtr.model.scope.GivenDomainError`. ``objects[i]``: the names
-        prompt i's task statement uses (:func:`omtr.inference.statement.statement_objects`); under scoped
+        prompt i's task statement uses (:func:`omtr.statement.statement_objects`); under scoped
         decoding the problem declares them first, each once (``statement_objects`` in the config
         turns this off)."""
         if role not in GENERATING_ROLES:
