@@ -420,6 +420,10 @@ DECODING_CONSTRAINTS = ("scoped", "plain", "off")
 GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args", "actions", "parameters",
                        "literals", "objects", "init", "goal", "atom_args")
 
+# Number formats of the passes that train (omtr.model.precision applies them, omtr.rl.config's
+# TrainConfig.update_dtype takes one; kept here so that a config is checked without torch).
+UPDATE_DTYPES = ("fp32", "bf16")
+
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 SMALL_GRAMMAR_LIMITS = {"predicates": 10, "actions": 6, "parameters": 4, "literals": 8, "objects": 8, "init": 16, "goal": 8}
