@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from omtr.cli.model import _model_config
     from omtr.evaluation.spelling import spelled_problem
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
     from omtr.model.scope_check import check_spec
     from omtr.tasks.generators import generate
     from omtr.tasks.planbench import import_planbench

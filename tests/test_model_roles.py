@@ -101,7 +101,7 @@ def test_judge_scores_are_probabilities_and_train_only_judge_parameters(micro):
 
 
 def test_token_logprobs_equal_the_generation_logprobs_with_and_without_grammar(micro):
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
 
     sampled = Sampling(greedy=False, temperature=0.7, top_p=0.9, max_new_tokens=20, seed=3)
     gens = _free(micro, "editor", sampling=sampled)

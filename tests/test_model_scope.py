@@ -14,7 +14,8 @@ pytest.importorskip("xgrammar")
 import numpy as np  # noqa: E402
 
 from omtr.config import ConfigError, ModelConfig  # noqa: E402
-from omtr.model.grammar import GrammarLimits, PddlGrammar, scoped_tokens  # noqa: E402
+from omtr.model.grammar import PddlGrammar, scoped_tokens  # noqa: E402
+from omtr.model.limits import GrammarLimits  # noqa: E402
 from omtr.model.scope import GivenDomainError, ScopeTracker, given_declarations  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.solver.lint import lint  # noqa: E402

@@ -538,13 +538,13 @@ class RoleModel(nn.Module):
         if self._grammar is None:
             from omtr.model.grammar import PddlGrammar
 
-            from omtr.model.grammar import GrammarLimits
+            from omtr.model.limits import GrammarLimits
 
             self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), GrammarLimits(**self.cfg.grammar_limits))
         return self._grammar
 
     def set_grammar_limits(self, limits) -> None:
-        """Use the PDDL grammar with other repetition bounds (:class:`omtr.model.grammar.GrammarLimits`)."""
+        """Use the PDDL grammar with other repetition bounds (:class:`omtr.model.limits.GrammarLimits`)."""
         from omtr.model.grammar import PddlGrammar
 
         self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), limits)

@@ -48,6 +48,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from omtr.model.limits import GrammarLimits
 from omtr.statement import _norm, name_parts
 
 log = logging.getLogger("omtr.model")
@@ -201,8 +202,6 @@ class ScopeTracker:
     would not fit the grammar's bounds."""
 
     def __init__(self, given: Declared | None = None, *, limits=None, objects=None):
-        from omtr.model.grammar import GrammarLimits
-
         L = limits or GrammarLimits()
         self.name_len = L.name_len
         # the grammar's bounds on typed lists: a list that is full can only end or take a type

@@ -202,9 +202,10 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
 
     ``given``: the task's given domain (the domain-given mode: ``problem`` is the whole answer);
     otherwise ``domain`` is the answer's domain, written before the problem. ``limits``: the
-    model's configured :class:`omtr.model.grammar.GrammarLimits`. Raises
+    model's configured :class:`omtr.model.limits.GrammarLimits`. Raises
     :class:`omtr.model.scope.GivenDomainError` for a given domain that does not parse."""
-    from omtr.model.grammar import GrammarLimits, decode_limits
+    from omtr.model.grammar import decode_limits
+    from omtr.model.limits import GrammarLimits
     from omtr.model.scope import given_declarations
 
     reading = read_statement(nl)
