@@ -78,7 +78,7 @@ def test_random_walks_under_a_given_domain_write_problems_that_lint(tokenizer):
 
 def test_random_walks_with_statement_names_declare_every_name_and_never_dead_end(tokenizer):
     """The task statement's names as required objects (omtr.statement, test_statement_objects.py)."""
-    from omtr.spec.model import parse_problem
+    from omtr.pddl.model import parse_problem
 
     g = PddlGrammar(tokenizer, len(tokenizer), GrammarLimits(name_len=8, objects=8, init=6, goal=3))
     cases = [(examples.GRIPPER_DOMAIN, ["room_1", "ball_1", "ball_2", "room_2"], {"room_1": "room", "room_2": "room"}),

@@ -15,7 +15,7 @@ pytest.importorskip("xgrammar")
 from omtr.model.grammar import PddlGrammar  # noqa: E402
 from omtr.model.limits import GrammarLimits  # noqa: E402
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
-from omtr.spec.model import conjunction_literals, parse_problem  # noqa: E402
+from omtr.pddl.model import conjunction_literals, parse_problem  # noqa: E402
 from omtr.statement import StatementNames, statement_objects  # noqa: E402
 from scope_helpers import walk  # noqa: E402
 

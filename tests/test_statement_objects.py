@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
+from omtr.pddl.model import parse_problem  # noqa: E402
 from omtr.solver import examples  # noqa: E402
-from omtr.spec.model import parse_problem  # noqa: E402
 from omtr.statement import statement_objects  # noqa: E402
 
 GRIPPER_NL = ("A robot with a left and a right gripper carries balls between rooms; a gripper is free when it "

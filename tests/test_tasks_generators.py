@@ -119,7 +119,7 @@ def _objects_the_english_never_names(task: Task) -> list[str]:
     the reading is sure the statement names every object: words of the task's text, each a word of
     such a clause, no more of them than there are such clauses."""
     from omtr.evaluation.spelling import spelled_problem
-    from omtr.spec.model import parse_problem
+    from omtr.pddl.model import parse_problem
     from omtr.statement import _norm, read_statement
 
     reading = read_statement(task.nl)

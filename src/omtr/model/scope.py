@@ -87,10 +87,10 @@ class Declared:
 def declared_from_domain(text: str) -> Declared:
     """The declarations of a given domain (PDDL text), read with omtr's own reader.
 
-    Raises :class:`omtr.spec.model.SpecError` for a domain that does not parse."""
-    from omtr.spec.model import parse_domain
+    Raises :class:`omtr.pddl.model.SpecError` for a domain that does not parse."""
+    from omtr.pddl.model import parse_domain
 
-    from omtr.spec.model import atoms_of
+    from omtr.pddl.model import atoms_of
 
     dom = parse_domain(text)
     preds = {p: tuple(t for _, t in args) for p, args in dom.predicates.items()}
@@ -112,7 +112,7 @@ def given_declarations(text: str) -> Declared:
     """:func:`declared_from_domain`, cached by text, with a clear error for a broken domain."""
     got = _GIVEN_CACHE.get(text)
     if got is None:
-        from omtr.spec.model import SpecError
+        from omtr.pddl.model import SpecError
 
         try:
             got = declared_from_domain(text)

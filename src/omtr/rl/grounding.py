@@ -92,7 +92,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
         return None
     if not problem_text:
         return 0.0
-    from omtr.spec.model import SpecError, conjunction_literals, parse_problem
+    from omtr.pddl.model import SpecError, conjunction_literals, parse_problem
 
     try:
         prob = parse_problem(problem_text)
