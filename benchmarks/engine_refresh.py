@@ -27,8 +27,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from omtr.inference.policy import Sampling
     from omtr.model import build_model
+    from omtr.policy import Sampling
     from omtr.rollout import make_engine
 
     model = build_model(args.model)

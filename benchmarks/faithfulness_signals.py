@@ -347,8 +347,8 @@ def main() -> None:
     from omtr.config import SolverConfig
     from omtr.faithfulness.signals import BackboneScorer
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.rollout import make_engine
     from omtr.solver import SolverPool
 

@@ -143,7 +143,7 @@ def evaluate(model, tasks, refs, pool, args) -> dict:
     """Per held-out task: the greedy outcome at each budget, and pass@k (k samples at 0.7, budget 1),
     graded by :func:`grade` (``refs``: the same tasks with their references, for the checker)."""
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
     from omtr.rl.grounding import grounding_score
     from omtr.rollout import make_engine
 

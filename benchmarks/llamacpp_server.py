@@ -62,7 +62,7 @@ def _llamacpp(args, prompts) -> dict:
     from omtr.inference.backends import OpenAIBackend, OpenAIConfig
     from omtr.inference.extract import spec_complete
     from omtr.inference.llamacpp import LlamaCppServer, smollm2_gguf
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     out: dict = {}
     with LlamaCppServer(args.gguf or smollm2_gguf(), n_ctx=4096, threads=args.threads) as server:
@@ -90,8 +90,8 @@ def _omtr(args, prompts) -> dict:
     import torch
 
     from omtr.inference.extract import spec_complete
-    from omtr.inference.policy import Sampling
     from omtr.model import load_model
+    from omtr.policy import Sampling
 
     torch.set_num_threads(args.threads)
     model = load_model("small")
@@ -135,9 +135,9 @@ def _compare(args) -> dict:
     from omtr.inference.backends import OpenAIBackend, OpenAIConfig
     from omtr.inference.extract import spec_complete
     from omtr.inference.llamacpp import LlamaCppServer, smollm2_gguf
-    from omtr.inference.policy import Sampling
     from omtr.inference.prompts import actor_messages
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.tasks.generators import families, generate
 
     fams = list(families())

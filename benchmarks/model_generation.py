@@ -49,9 +49,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from omtr.inference.extract import extract_spec, spec_complete
-    from omtr.inference.policy import Sampling
     from omtr.inference.prompts import actor_messages
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.solver.lint import lint
 
     t0 = time.perf_counter()

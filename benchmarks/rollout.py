@@ -21,7 +21,7 @@ same prompts and token limit, to put the grammar's cost per token beside its mas
 
 For each mode the benchmark reports wall time, new tokens, tokens/s (end to end and while
 generating), episodes/min, and where the time goes: prefill, decode and grammar masks (from the
-``timings`` each :class:`~omtr.inference.policy.Generation` returns, once per ``generate`` call),
+``timings`` each :class:`~omtr.policy.Generation` returns, once per ``generate`` call),
 the Judge, and the planner: its busy time (inside ``solve_many``) and the part of it the loop
 waited for (wall time not spent generating or judging). Per-step trace times (``solve_ms``,
 ``at_ms``) and outcomes (success or category of each step) come along. One JSON object goes to
@@ -38,7 +38,7 @@ import time
 
 
 class Recorder:
-    """A :class:`~omtr.inference.policy.Policy` proxy that records each ``generate``/``judge`` call."""
+    """A :class:`~omtr.policy.Policy` proxy that records each ``generate``/``judge`` call."""
 
     def __init__(self, policy):
         self.policy = policy
@@ -208,8 +208,8 @@ def engine_compare(model, args) -> dict:
 
     from omtr.inference.episode import run_episodes
     from omtr.inference.extract import problem_complete, spec_complete
-    from omtr.inference.policy import Sampling
     from omtr.inference.prompts import actor_messages
+    from omtr.policy import Sampling
     from omtr.rollout import make_engine
     from omtr.solver import SolverPool
     from omtr.tasks.generators import generate
@@ -344,8 +344,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from omtr.config import SolverConfig
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.solver import SolverPool
 
     tasks = make_tasks(args.n, args.seed)

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from omtr.cli.model import _model_config
     from omtr.evaluation.spelling import spelled_problem
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
     from omtr.model.scope_check import check_spec
     from omtr.tasks.generators import generate
     from omtr.tasks.planbench import import_planbench
@@ -102,8 +102,8 @@ def mutants(task, prob: str) -> dict:
     """The changed references of ``--mutants`` (module doc); a kind is left out where it does not apply."""
     import re
 
-    from omtr.inference.statement import clause_predicate, read_statement
     from omtr.model.scope import given_declarations
+    from omtr.statement import clause_predicate, read_statement
 
     reading = read_statement(task.nl)
     out = {}

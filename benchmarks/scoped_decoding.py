@@ -47,8 +47,8 @@ def main() -> None:
 
     from omtr.config import SolverConfig
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.solver import SolverPool
     from omtr.tasks.training import load_training_tasks
 

@@ -204,9 +204,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from omtr.config import SolverConfig
-    from omtr.inference.policy import Sampling
     from omtr.inference.select import run_with_select
     from omtr.model import load_model
+    from omtr.policy import Sampling
     from omtr.rollout import make_engine
     from omtr.solver import SolverPool
 

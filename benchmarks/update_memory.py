@@ -135,7 +135,7 @@ def _trainer(args, tmp: str, chunk: int | None, ckpt: bool | None = None, dtype:
 def child_rollout(args) -> dict:
     from omtr.config import EpisodeConfig
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
     from omtr.rl.steps import rewarded_items
 
     sampler = RssSampler(args.interval_ms / 1000)

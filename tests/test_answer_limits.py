@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
-from omtr.inference.policy import ContextOverflow, Sampling  # noqa: E402
-from omtr.inference.statement import statement_objects  # noqa: E402
 from omtr.model.grammar import answer_tokens  # noqa: E402
 from omtr.model.scope import given_declarations  # noqa: E402
+from omtr.policy import ContextOverflow, Sampling  # noqa: E402
+from omtr.statement import statement_objects  # noqa: E402
 
 
 @pytest.fixture(scope="module")

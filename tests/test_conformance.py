@@ -15,11 +15,11 @@ import pytest
 from conformance import SUITE, ConformanceSpec
 from omtr.config import SolverConfig
 from omtr.paths import planbench_family
+from omtr.pddl.categories import Category
+from omtr.pddl.model import ROOT_TYPE, atoms_of
 from omtr.solver import SolverPool, lint, validate_plan
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, MALFORMED
 from omtr.solver.naive import plain_driver_solves as naive_solves
-from omtr.spec.categories import Category
-from omtr.spec.model import ROOT_TYPE, atoms_of
 
 LIMIT_S = 20
 

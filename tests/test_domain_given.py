@@ -169,7 +169,7 @@ class _Backend:
         self.prompts = []
 
     def chat(self, prompts, sampling, *, stop_when=None, grammar=False):
-        from omtr.inference.policy import Generation
+        from omtr.policy import Generation
 
         out = []
         for p in prompts:
@@ -211,7 +211,7 @@ class _GrammarBackend:
         self.calls, self.specs = [], 0
 
     def chat(self, prompts, sampling, *, stop_when=None, grammar=False, domains=None):
-        from omtr.inference.policy import Generation
+        from omtr.policy import Generation
 
         out = []
         for i, p in enumerate(prompts):
@@ -445,7 +445,7 @@ def test_hf_backend_decodes_a_given_domains_answer_under_the_problem_grammar():
     """``hf:`` hands ``domains=`` to the role model: that prompt's answer is a problem for the given
     domain (its name forced after ``(:domain``), the other prompt's a full spec."""
     from omtr.inference.backends import BackendError, make_backend
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     b = make_backend("hf:micro")
     m = [{"role": "user", "content": NL}]

@@ -22,7 +22,7 @@ from omtr.inference.backends import (
     pddl_grammar,
 )
 from omtr.inference.extract import spec_complete
-from omtr.inference.policy import Sampling
+from omtr.policy import Sampling
 
 SPEC = "(define (domain d) (:predicates (p)) (:action a :parameters () :precondition (p) :effect (not (p))))\n" \
        "(define (problem q) (:domain d) (:init (p)) (:goal (not (p))))\nand some chatter after\n"

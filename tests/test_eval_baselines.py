@@ -9,9 +9,9 @@ import pytest
 from omtr.evaluation.harness import answer_text
 from omtr.evaluation.run import EvalConfig, evaluate
 from omtr.inference.baselines import read_prompt
-from omtr.inference.policy import Generation
 from omtr.inference.prompts import actor_messages, editor_messages
 from omtr.inference.registry import make_policy
+from omtr.policy import Generation
 from omtr.solver import SolverPool
 from omtr.tasks.generators import generate
 
@@ -148,7 +148,7 @@ def test_grammar_off_gives_free_text_and_one_cot_call(tasks, pool, tmp_path):
 def test_backends_take_the_grammar_switch():
     """hf: hands the switch to the model's decoder; openai: sends the grammar the server reads."""
     from omtr.inference.backends import HFBackend, make_backend
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     class Model:  # stands in for a loaded role model (its decoder is tested in test_model_grammar)
         seen = []

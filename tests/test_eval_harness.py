@@ -204,7 +204,7 @@ def test_a_killed_run_resumes_without_repeating_finished_tasks(tasks, pool, tmp_
 
 def test_generating_policies_see_only_the_nl_task(tasks, pool, tmp_path):
     """The loop's prompts carry no reference PDDL, even for a harness policy (it finds its answer by id)."""
-    from omtr.inference.policy import Generation
+    from omtr.policy import Generation
 
     seen = []
 

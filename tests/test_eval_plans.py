@@ -12,8 +12,8 @@ import pytest
 
 from omtr.evaluation.plans import PlanPolicyError, plan_complete, read_plan, render_plan
 from omtr.evaluation.run import EvalConfig, evaluate
-from omtr.inference.policy import Generation
 from omtr.inference.registry import make_policy
+from omtr.policy import Generation
 from omtr.solver import SolverPool
 from omtr.tasks.generators import generate
 from omtr.tasks.planbench import import_planbench

@@ -20,8 +20,8 @@ import pytest
 from omtr.cli import main
 from omtr.evaluation.run import EvalConfig, evaluate
 from omtr.inference.backends import BackendAuthError, OpenAIBackend, OpenAIConfig, make_backend
-from omtr.inference.policy import Sampling
 from omtr.inference.registry import make_policy
+from omtr.policy import Sampling
 from omtr.solver import SolverPool
 from omtr.tasks.generators import generate
 from omtr.tasks.records import write_tasks

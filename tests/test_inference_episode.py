@@ -7,9 +7,9 @@ import pytest
 from omtr.config import ConfigError, EpisodeConfig, SolverConfig
 from omtr.inference.episode import run_episodes, summarize
 from omtr.inference.scripted import ScriptedPolicy
+from omtr.pddl.categories import Category
 from omtr.solver import SolverPool
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, MALFORMED
-from omtr.spec.categories import Category
 from omtr.tasks.training import TrainingTask
 
 from env_helpers import CountingEnv

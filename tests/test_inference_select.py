@@ -9,8 +9,8 @@ import pytest
 
 from omtr.config import ConfigError, SolverConfig
 from omtr.inference.episode import run_episodes
-from omtr.inference.policy import Sampling
 from omtr.inference.scripted import ScriptedPolicy
+from omtr.policy import Sampling
 from omtr.inference.select import (SelectedEpisode, check_select, run_selected, run_with_select,
                                    selection_summary)
 from omtr.solver import SolverPool

@@ -30,8 +30,8 @@ from omtr.inference.backends import (
     pddl_grammar,
 )
 from omtr.inference.extract import extract_spec, spec_complete
-from omtr.inference.policy import Sampling
 from omtr.inference.prompts import actor_messages
+from omtr.policy import Sampling
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.config import ConfigError, ModelConfig  # noqa: E402
-from omtr.inference.policy import Sampling  # noqa: E402
+from omtr.policy import Sampling  # noqa: E402
 
 PROMPTS = [
     [{"role": "user", "content": "Stack block a on block b."}],
@@ -40,7 +40,7 @@ def micro():
     """A micro model with every role parameter non-trivial (LoRA B starts at zero) and a grammar
     whose bounds let random weights finish a spec."""
     torch.set_num_threads(1)
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
 
     m = _moved_micro(0.3)
     m.set_grammar_limits(GrammarLimits(name_len=4, ws=2, types=2, predicates=2, predicate_args=2, actions=1,

@@ -82,7 +82,7 @@ def test_merged_export_generates_what_the_role_model_generates(exported, role):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     model_dir, _, merged = exported
     folder = merged / role

@@ -9,8 +9,9 @@ pytest.importorskip("xgrammar")
 
 import numpy as np  # noqa: E402
 
-from omtr.inference.policy import Sampling  # noqa: E402
-from omtr.model.grammar import GrammarLimits, PddlGrammar, pddl_ebnf  # noqa: E402
+from omtr.model.grammar import PddlGrammar, pddl_ebnf  # noqa: E402
+from omtr.model.limits import GrammarLimits  # noqa: E402
+from omtr.policy import Sampling  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.solver.lint import lint  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.config import model_profile  # noqa: E402
-from omtr.inference.policy import Generation, Policy, Sampling  # noqa: E402
+from omtr.policy import Generation, Policy, Sampling  # noqa: E402
 
 PROMPTS = [
     [{"role": "user", "content": "Stack block a on block b."}],
@@ -101,7 +101,7 @@ def test_judge_scores_are_probabilities_and_train_only_judge_parameters(micro):
 
 
 def test_token_logprobs_equal_the_generation_logprobs_with_and_without_grammar(micro):
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
 
     sampled = Sampling(greedy=False, temperature=0.7, top_p=0.9, max_new_tokens=20, seed=3)
     gens = _free(micro, "editor", sampling=sampled)

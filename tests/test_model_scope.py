@@ -14,7 +14,8 @@ pytest.importorskip("xgrammar")
 import numpy as np  # noqa: E402
 
 from omtr.config import ConfigError, ModelConfig  # noqa: E402
-from omtr.model.grammar import GrammarLimits, PddlGrammar, scoped_tokens  # noqa: E402
+from omtr.model.grammar import PddlGrammar, scoped_tokens  # noqa: E402
+from omtr.model.limits import GrammarLimits  # noqa: E402
 from omtr.model.scope import GivenDomainError, ScopeTracker, given_declarations  # noqa: E402
 from omtr.solver import examples  # noqa: E402
 from omtr.solver.lint import lint  # noqa: E402
@@ -76,8 +77,8 @@ def test_random_walks_under_a_given_domain_write_problems_that_lint(tokenizer):
 
 
 def test_random_walks_with_statement_names_declare_every_name_and_never_dead_end(tokenizer):
-    """The task statement's names as required objects (omtr.inference.statement, test_statement_objects.py)."""
-    from omtr.spec.model import parse_problem
+    """The task statement's names as required objects (omtr.statement, test_statement_objects.py)."""
+    from omtr.pddl.model import parse_problem
 
     g = PddlGrammar(tokenizer, len(tokenizer), GrammarLimits(name_len=8, objects=8, init=6, goal=3))
     cases = [(examples.GRIPPER_DOMAIN, ["room_1", "ball_1", "ball_2", "room_2"], {"room_1": "room", "room_2": "room"}),
@@ -261,7 +262,7 @@ def _prompts(family="blocksworld", n=3):
 
 @pytest.mark.parametrize("given", [False, True])
 def test_token_logprobs_replay_the_scoped_masks(micro, given):
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     prompts = _prompts()
     domains = [examples.BW_DOMAIN] * len(prompts) if given else None
@@ -280,7 +281,7 @@ def test_token_logprobs_replay_the_scoped_masks(micro, given):
 @pytest.mark.slow
 def test_micro_samples_under_scoped_decoding_never_fail_on_names(micro):
     from omtr.inference.extract import extract_spec
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     prompts = _prompts("gripper", 4)
     gens = micro.generate("actor", prompts, Sampling(greedy=False, temperature=1.0, max_new_tokens=500, seed=1),

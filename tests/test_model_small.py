@@ -7,9 +7,9 @@ pytest.importorskip("torch")
 
 @pytest.mark.slow
 def test_smollm2_loads_and_writes_grammar_constrained_pddl(tmp_path):
-    from omtr.inference.policy import Sampling
     from omtr.model import build_model, load_model
     from omtr.model.backbone import BackboneError
+    from omtr.policy import Sampling
     from omtr.solver.lint import lint
 
     try:

@@ -12,10 +12,10 @@ import dataclasses
 
 import pytest
 
+from omtr.pddl.categories import Category
 from omtr.rl.grounding import grounding_score, statement_parts
 from omtr.rl.rewards import OUTCOME_SCORES
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
 from omtr.tasks.generators import generate
 from omtr.tasks.generators.blocksworld import COLOURS, LETTERS
 

@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from omtr.pddl.categories import Category  # noqa: E402
 from omtr.rl import losses as L  # noqa: E402
 from omtr.rl.advantages import ADVANTAGE_ESTIMATORS, Trajectory  # noqa: E402
 from omtr.rl.rewards import LADDER, OUTCOME_SCORES, actor_reward, editor_reward  # noqa: E402
 from omtr.solver.verdict import Verdict  # noqa: E402
-from omtr.spec.categories import Category  # noqa: E402
 
 
 def approx(x, rel=1e-4, abs=1e-5):

@@ -170,10 +170,10 @@ def test_the_judge_gate_measures_the_judge_against_what_the_reward_counts(tmp_pa
 
     from omtr.inference.episode import Episode, Step
     from omtr.model import build_model
+    from omtr.pddl.categories import Category
     from omtr.rl.config import train_profile
     from omtr.rl.trainer import Trainer
     from omtr.solver.verdict import Verdict
-    from omtr.spec.categories import Category
 
     torch.set_num_threads(1)
     tasks = [TrainingTask("a1", "blocksworld", None, "Stack a on b.", {"n_objects": 1})]

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from omtr.inference.policy import Generation, Sampling  # noqa: E402
+from omtr.policy import Generation, Sampling  # noqa: E402
 from omtr.rollout import ENGINE_NAMES, UnknownEngine, check_engine_name, make_engine  # noqa: E402
 
 PROMPTS = [[{"role": "system", "content": "You write PDDL for planning tasks, carefully."},

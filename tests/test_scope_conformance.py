@@ -20,10 +20,11 @@ pytest.importorskip("xgrammar")
 
 from omtr.config import MODEL_PROFILES  # noqa: E402
 from omtr.evaluation.spelling import english_names, spelled_problem  # noqa: E402
-from omtr.inference.statement import RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, read_statement, statement_objects  # noqa: E402
-from omtr.model.grammar import GrammarLimits, statement_limits  # noqa: E402
+from omtr.model.grammar import statement_limits  # noqa: E402
+from omtr.model.limits import GrammarLimits  # noqa: E402
 from omtr.model.scope_check import check_spec  # noqa: E402
-from omtr.spec.model import parse_problem  # noqa: E402
+from omtr.pddl.model import parse_problem  # noqa: E402
+from omtr.statement import RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, read_statement, statement_objects  # noqa: E402
 
 SMALL = MODEL_PROFILES["small"]
 LIMITS = GrammarLimits(**SMALL.grammar_limits)

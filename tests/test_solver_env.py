@@ -6,9 +6,9 @@ import pytest
 
 from omtr.config import ConfigError, SolverConfig
 from omtr.paths import planbench_family
+from omtr.pddl.categories import Category
 from omtr.solver import SolverPool, solve, solve_many, validate_plan
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM, MALFORMED, VALID
-from omtr.spec.categories import Category
 
 FAMILIES = ("blocksworld", "mystery_blocksworld", "logistics")
 

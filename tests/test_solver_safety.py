@@ -11,9 +11,9 @@ import pytest
 
 from conftest import planner_processes
 from omtr.config import SolverConfig
+from omtr.pddl.categories import Category
 from omtr.solver import ResultCache, SolverPool, solve, solve_many
 from omtr.solver.examples import BW_DOMAIN, BW_PROBLEM
-from omtr.spec.categories import Category
 
 
 def _hard(benchmarks, n=110):

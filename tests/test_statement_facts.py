@@ -12,10 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
-from omtr.inference.statement import StatementNames, statement_objects  # noqa: E402
-from omtr.model.grammar import GrammarLimits, PddlGrammar  # noqa: E402
+from omtr.model.grammar import PddlGrammar  # noqa: E402
+from omtr.model.limits import GrammarLimits  # noqa: E402
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
-from omtr.spec.model import conjunction_literals, parse_problem  # noqa: E402
+from omtr.pddl.model import conjunction_literals, parse_problem  # noqa: E402
+from omtr.statement import StatementNames, statement_objects  # noqa: E402
 from scope_helpers import walk  # noqa: E402
 
 def _described(family: str, statement: str) -> str:
@@ -74,7 +75,7 @@ def test_the_facts_are_each_clauses_names_in_order():
 def test_every_generated_tasks_facts_match_its_reference(family):
     """On real generated tasks the clause keys are the reference's atoms over named objects, part by
     part (a sanity check of the reading; the rule never sees a reference)."""
-    from omtr.inference.statement import _norm
+    from omtr.statement import _norm
     from omtr.tasks.generators import generate
 
     for t in generate(family, 6, 17, min_objects=2, max_objects=4, verify=False):
@@ -179,8 +180,8 @@ def test_random_walks_under_the_facts_rule_never_dead_end_and_keep_it(domains):
     """Uniform random walks through the combined mask reach corners no model would: the tracker
     never leaves a step without a token (no fallback), and every finished problem has one atom per
     named clause, with the clause's names in order, in each part."""
-    from omtr.inference.statement import _norm
     from omtr.model.backbone import build_micro_tokenizer
+    from omtr.statement import _norm
 
     tok = build_micro_tokenizer(1024)
     g = PddlGrammar(tok, len(tok), GrammarLimits(name_len=8, objects=8, init=16, goal=8))
@@ -243,8 +244,8 @@ def test_random_walks_on_planbench_text_never_dead_end(config):
     from collections import Counter
 
     from omtr.config import SMALL_GRAMMAR_LIMITS
-    from omtr.inference.statement import _norm
     from omtr.model.backbone import build_micro_tokenizer
+    from omtr.statement import _norm
     from omtr.tasks.planbench import import_config
     from omtr.tasks.planbench_data import shipped_root
 

@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")
 
-from omtr.inference.statement import statement_objects  # noqa: E402
 from omtr.model.scope import ScopeTracker, given_declarations  # noqa: E402
+from omtr.pddl.model import parse_problem  # noqa: E402
 from omtr.solver import examples  # noqa: E402
-from omtr.spec.model import parse_problem  # noqa: E402
+from omtr.statement import statement_objects  # noqa: E402
 
 GRIPPER_NL = ("A robot with a left and a right gripper carries balls between rooms; a gripper is free when it "
               "holds no ball, and the robot is in one room at a time.\n[STATEMENT]\nAs initial conditions I have "
@@ -116,7 +116,7 @@ def _given_prompts(n=2):
 
 @pytest.mark.parametrize("engine", ["hf", "fast"])
 def test_both_engines_declare_the_names_and_the_replay_is_exact(micro, engine):
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
     from omtr.rollout import make_engine
 
     prompts = _given_prompts()
@@ -143,7 +143,7 @@ def test_both_engines_declare_the_names_and_the_replay_is_exact(micro, engine):
 def test_the_config_switch_turns_the_rule_off(micro):
     import dataclasses
 
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
 
     prompts = _given_prompts(1)
     old = micro.cfg
@@ -161,7 +161,7 @@ def test_the_config_switch_turns_the_rule_off(micro):
 
 def test_the_episode_loop_passes_each_statements_names(micro):
     from omtr.inference.episode import run_episodes
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
     from omtr.solver import SolverPool
     from omtr.tasks.training import TrainingTask
 
@@ -196,9 +196,9 @@ def test_every_episode_records_the_rules_it_ran_under(micro):
 
     from omtr.evaluation.metrics import compute_metrics
     from omtr.inference.episode import decoding_rules, run_episodes
-    from omtr.inference.statement import read_statement
-    from omtr.inference.policy import Sampling
+    from omtr.policy import Sampling
     from omtr.solver import SolverPool
+    from omtr.statement import read_statement
     from omtr.tasks.training import TrainingTask
     from omtr.validation.episodes import rows_from_traces
 

@@ -112,15 +112,15 @@ def test_mystery_text_has_no_blocksworld_words(vocabulary):
 
 def _objects_the_english_never_names(task: Task) -> list[str]:
     """The reference problem's objects that the statement does not name (read from the English alone,
-    :func:`omtr.inference.statement.read_statement`), under their own or their English spelling.
+    :func:`omtr.statement.read_statement`), under their own or their English spelling.
 
     A problem may declare objects of its own only for the statement's clauses that name nothing
     (Gripper's "the left gripper is free": ``(free left)``), as the decoder's names rule allows where
     the reading is sure the statement names every object: words of the task's text, each a word of
     such a clause, no more of them than there are such clauses."""
     from omtr.evaluation.spelling import spelled_problem
-    from omtr.inference.statement import _norm, read_statement
-    from omtr.spec.model import parse_problem
+    from omtr.pddl.model import parse_problem
+    from omtr.statement import _norm, read_statement
 
     reading = read_statement(task.nl)
     declared = list(parse_problem(task.reference.problem).objects)

@@ -245,7 +245,7 @@ def test_write_is_atomic(rows, tmp_path, monkeypatch):
 
 
 def test_the_category_enum_and_nulls_are_written_as_they_are(rows, tmp_path):
-    from omtr.spec.categories import Category
+    from omtr.pddl.categories import Category
 
     rows = [dict(r) for r in rows]
     rows[2]["category"] = Category.SYNTAX

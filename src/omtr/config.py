@@ -340,7 +340,7 @@ class ModelConfig:
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "
-                          "(names of omtr.model.grammar.GrammarLimits; empty: its defaults). A small model that "
+                          "(names of omtr.model.limits.GrammarLimits; empty: its defaults). A small model that "
                           "repeats itself is forced to close the domain and the problem within its token budget."},
     )
     activation_checkpointing: bool = field(
@@ -416,9 +416,13 @@ class ModelConfig:
 
 DECODING_CONSTRAINTS = ("scoped", "plain", "off")
 
-# The bounds of omtr.model.grammar.GrammarLimits (kept here so that configs validate without torch).
+# The bounds of omtr.model.limits.GrammarLimits (kept here so that configs validate without torch).
 GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args", "actions", "parameters",
                        "literals", "objects", "init", "goal", "atom_args")
+
+# Number formats of the passes that train (omtr.model.precision applies them, omtr.rl.config's
+# TrainConfig.update_dtype takes one; kept here so that a config is checked without torch).
+UPDATE_DTYPES = ("fp32", "bf16")
 
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

@@ -235,7 +235,7 @@ def run(args) -> int:
     cache = prefix_cache_report(policy)
     if cache is not None:  # the fast engine's prefill: tokens computed and found, time to the first token
         metrics["prefix_cache"] = cache
-    from omtr.evaluation.run import METRICS
+    from omtr.evaluation.traces import METRICS
 
     import json
 

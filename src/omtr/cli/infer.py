@@ -114,10 +114,10 @@ def run(args) -> int:
     _check_args(args)
     from omtr.config import ConfigError, EpisodeConfig, SolverConfig
     from omtr.inference.episode import summarize
-    from omtr.inference.select import run_with_select, selection_summary
     from omtr.inference.loading import load_policy
-    from omtr.inference.policy import Sampling
     from omtr.inference.scripted import PolicyLoadError
+    from omtr.inference.select import run_with_select, selection_summary
+    from omtr.policy import Sampling
     from omtr.progress import Progress
     from omtr.solver import SolverPool
     from omtr.tasks.training import TaskFormatError, load_training_tasks

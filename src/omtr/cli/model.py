@@ -152,7 +152,7 @@ def _model_config(spec: str):
 
 def _scope_check(args: argparse.Namespace) -> int:
     from omtr.jsonl import JsonlError, read_jsonl
-    from omtr.model.grammar import GrammarLimits
+    from omtr.model.limits import GrammarLimits
     from omtr.model.scope import GivenDomainError
     from omtr.model.scope_check import check_spec
     from omtr.tasks.records import load_training_tasks

@@ -123,8 +123,8 @@ def _shard(args) -> tuple[int, int] | None:
 def _batch(args, cfg, shard: tuple[int, int] | None = None) -> int:
     import logging
 
+    from omtr.pddl.categories import Category
     from omtr.solver import SolverPool, Verdict
-    from omtr.spec.categories import Category
 
     log = logging.getLogger("omtr.solve")
     if not args.out:

@@ -5,6 +5,7 @@ training. ``omtr evaluate`` (``omtr.cli.evaluate``) is the command line; the pie
 
 * :mod:`omtr.evaluation.harness` — ``oracle``, ``mutant:<kind>``, ``file:PATH`` policies;
 * :mod:`omtr.evaluation.run` — one evaluation into a folder (traces, episode log, metrics, report);
+* :mod:`omtr.evaluation.traces` — the folder's file names and the trace file's reader, shared by run and report;
 * :mod:`omtr.evaluation.metrics` — the paper's tables from traces, with bootstrap intervals;
 * :mod:`omtr.evaluation.report` — PNG figures, ``report.html``, comparisons in HTML and Markdown.
 """

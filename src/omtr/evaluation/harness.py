@@ -35,8 +35,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.jsonl import JsonlError, read_jsonl
+from omtr.policy import Generation, Messages, Sampling
 
 log = logging.getLogger(__name__)
 

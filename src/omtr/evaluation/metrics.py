@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from omtr.faithfulness.separation import auc, mean_sd
-from omtr.spec.categories import Category
+from omtr.pddl.categories import Category
 
 PAPER_DOMAINS = ("blocksworld", "mystery_blocksworld", "logistics", "gripper")
 # where each of the paper's domains is read from: the first set present wins

@@ -22,7 +22,7 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
-from omtr.inference.policy import Messages, Sampling
+from omtr.policy import Messages, Sampling
 
 log = logging.getLogger(__name__)
 

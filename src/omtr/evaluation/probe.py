@@ -65,7 +65,7 @@ class FaithfulProbe:
 
     def __call__(self, policy, env) -> dict[str, float]:
         from omtr.inference.episode import run_episodes
-        from omtr.inference.policy import Sampling
+        from omtr.policy import Sampling
         from omtr.telemetry import binary_auc
 
         t0 = time.perf_counter()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from omtr.evaluation.metrics import CATEGORIES, MAX_H, _set_order
+from omtr.evaluation.traces import TRACES, read_traces
 
 
 def _plt():
@@ -368,7 +369,6 @@ def compare(folders: Sequence[str | Path], *, names: Sequence[str] | None = None
     """(HTML, Markdown) of several evaluations side by side; raises :class:`CompareError` for runs
     that cannot be compared."""
     from omtr.evaluation.metrics import paired_differences
-    from omtr.evaluation.run import TRACES, read_traces
 
     loaded = [(str(f), load_metrics(f)) for f in folders]
     check_comparable(loaded)

@@ -35,12 +35,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from omtr.config import EpisodeConfig
+from omtr.evaluation.traces import EPISODE_LOG, METRICS, TRACES, finished, read_records
 
 log = logging.getLogger(__name__)
-
-TRACES = "traces.jsonl"
-METRICS = "metrics.json"
-EPISODE_LOG = "episodes.parquet"
 
 
 @dataclass
@@ -88,30 +85,6 @@ def is_transfer(task) -> bool:
     return (task.family or "") in transfer_benchmarks() and task.reference is None
 
 
-def finished(path: Path) -> dict[str, dict]:
-    """Records already in a trace file; a last line cut short by a kill is dropped from the file."""
-    if not path.exists():
-        return {}
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
-    return _records_by_id(path)
-
-
-def _records_by_id(path: Path) -> dict[str, dict]:
-    """Trace records by task id (the last one of an id wins); lines that do not parse are skipped."""
-    out: dict[str, dict] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-                out[str(rec["id"])] = rec
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
-
-
 def benchmark_set(task) -> str:
     """The set a task is reported under: its PlanBench configuration, else its family."""
     source = str((getattr(task, "meta", None) or {}).get("source") or "")
@@ -139,13 +112,6 @@ def score_steps(policy, episode) -> None:
     scores = policy.judge([P.judge_messages(episode.task, P.spec_text(s.domain, s.problem, s.text)) for s in todo])
     for s, v in zip(todo, scores):
         s.judge_score = float(v)
-
-
-def read_traces(path: Path) -> list[dict]:
-    """The records of a trace file, read only (a cut-short last line is skipped, not removed)."""
-    if not path.exists():
-        return []
-    return list(_records_by_id(path).values())
 
 
 def same_spec(a: tuple[str, str], b: tuple[str, str]) -> bool:
@@ -204,8 +170,8 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     ``tasks_file``) go into the provenance; a resumed run under another policy, budget or solver
     config raises :class:`~omtr.evaluation.provenance.RunMismatch` before anything is written."""
     from omtr.evaluation import provenance as prov
-    from omtr.inference.policy import Sampling
     from omtr.inference.select import run_with_select
+    from omtr.policy import Sampling
 
     cfg = config or EvalConfig()
     out = Path(out_dir)
@@ -311,13 +277,6 @@ def evaluate(tasks: Sequence, policy, out_dir: str | os.PathLike, *, env, config
     metrics = finish(out, [str(t.id) for t in tasks], cfg, policy_name=name, timing=timing, resumed=len(done),
                      excluded=excluded, provenance=provenance, policy_report=getattr(policy, "report", None))
     return metrics
-
-
-def read_records(out: Path, ids: Sequence[str] | None = None) -> list[dict]:
-    recs = finished(out / TRACES)
-    if ids is None:
-        return list(recs.values())
-    return [recs[i] for i in ids if i in recs]
 
 
 def finish(out: Path, ids: Sequence[str] | None, cfg: EvalConfig, *, policy_name: str, timing: dict | None = None,

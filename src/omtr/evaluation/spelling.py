@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from omtr.spec.model import parse_problem
+from omtr.pddl.model import parse_problem
 from omtr.tasks.records import Task
 
 _CLASS_NOUNS = ("block", "object")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from omtr.paths import planbench_family
-from omtr.spec.sexpr import SList, Sym, read_sexpr, to_text
+from omtr.pddl.sexpr import SList, Sym, read_sexpr, to_text
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from omtr.spec import SpecError, atoms_of, parse_domain, parse_problem
-from omtr.spec.model import ROOT_TYPE
+from omtr.pddl import SpecError, atoms_of, parse_domain, parse_problem
+from omtr.pddl.model import ROOT_TYPE
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from omtr.faithfulness.mapping import Mapping
 from omtr.faithfulness.normal import EQ, NSpec
-from omtr.spec.plan import read_plan
+from omtr.pddl.plan import read_plan
 
 log = logging.getLogger(__name__)
 

@@ -185,7 +185,7 @@ def broken_invariants(domain: str, problem: str | None) -> int | None:
     invs = domain_invariants(domain)
     if not invs or not problem:
         return None
-    from omtr.spec.model import SpecError, parse_problem
+    from omtr.pddl.model import SpecError, parse_problem
 
     try:
         prob = parse_problem(problem)

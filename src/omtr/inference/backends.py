@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from omtr.inference import grammar_dialects
-from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.policy import Generation, Messages, Sampling
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 
 from omtr.inference import prompts as P
 from omtr.inference.backends import Backend
-from omtr.inference.policy import Generation, Messages, Sampling
+from omtr.policy import Generation, Messages, Sampling
 
 log = logging.getLogger(__name__)
 

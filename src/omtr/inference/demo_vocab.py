@@ -39,8 +39,8 @@ def in_given_vocabulary(demo, domain_text: str, *, rename_text: bool = False):
 def _adapt(demo, domain_text: str, rename_text: bool):
     from omtr.faithfulness.mapping import _domain_totals, map_domain
     from omtr.faithfulness.normal import normalize
-    from omtr.spec.model import parse_domain
-    from omtr.spec.sexpr import read_sexpr, to_text
+    from omtr.pddl.model import parse_domain
+    from omtr.pddl.sexpr import read_sexpr, to_text
 
     name = parse_domain(domain_text).name  # SpecError on a domain that does not parse
     ref = normalize(demo.domain, demo.problem)

@@ -37,9 +37,9 @@ from typing import Callable, Iterable, Protocol, Sequence
 from omtr.config import ConfigError, EpisodeConfig
 from omtr.inference import prompts as P
 from omtr.inference.extract import extract_spec, extraction_verdict, problem_complete, spec_complete
-from omtr.inference.policy import ContextOverflow, Generation, Policy, Sampling
-from omtr.inference.statement import read_statement, statement_objects
+from omtr.policy import ContextOverflow, Generation, Policy, Sampling
 from omtr.solver.verdict import Verdict
+from omtr.statement import read_statement, statement_objects
 from omtr.tasks.training import TrainingTask, task_mode
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Episode:
 def decoding_rules(policy, reading) -> str:
     """The decoding rules a policy's answers to a task run under: ``off`` for a policy without
     omtr's decoder (an API model, a replay), else :func:`omtr.model.scope_check.rules_label` of its
-    config and the statement's reading (:func:`omtr.inference.statement.read_statement`)."""
+    config and the statement's reading (:func:`omtr.statement.read_statement`)."""
     cfg = getattr(policy, "cfg", None)
     if not getattr(policy, "takes_objects", False) or cfg is None or not hasattr(cfg, "constraint"):
         return "off"

@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from omtr.pddl.categories import Category
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
 
 # "(define (domain" / "(define (problem", any spacing and case.
 _HEADER = re.compile(r"\(\s*define\s*\(\s*(domain|problem)\b", re.IGNORECASE)

@@ -1,4 +1,4 @@
-"""``--model DIR|PROFILE|scripted:FILE`` -> a :class:`~omtr.inference.policy.Policy`.
+"""``--model DIR|PROFILE|scripted:FILE`` -> a :class:`~omtr.policy.Policy`.
 
 * ``scripted:ANSWERS.jsonl`` replays fixed answers (:mod:`omtr.inference.scripted`);
 * anything else is a model directory or a profile name (``small``, ``micro``, ``paper``) and is
@@ -17,8 +17,8 @@ import logging
 from typing import Iterable
 
 from omtr.config import DECODING_CONSTRAINTS
-from omtr.inference.policy import Policy
 from omtr.inference.scripted import PolicyLoadError, ScriptedPolicy
+from omtr.policy import Policy
 
 SCRIPTED = "scripted:"
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from omtr.inference.policy import Messages
+from omtr.policy import Messages
 
 
 class TaskLike(Protocol):

@@ -5,7 +5,7 @@
     make_policy("oracle", tasks=tasks)                            # harness check (reads references)
 
 ``register_policy(name)`` adds one: a factory ``f(arg, *, tasks, model, backend, budget, options)``
-returning an object with the :class:`~omtr.inference.policy.Policy` methods, plus optionally
+returning an object with the :class:`~omtr.policy.Policy` methods, plus optionally
 ``uses_judge`` (whether the loop should ask its Judge) and ``budget_for(task_id, K)`` (a harness that
 has fewer than K attempts for a task). ``oracle``, ``mutant`` and ``file`` live on the evaluation
 side (``omtr.evaluation.harness``) because they read references; they are imported only when named.

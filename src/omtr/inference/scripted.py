@@ -20,8 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.jsonl import JsonlError, read_jsonl
+from omtr.policy import Generation, Messages, Sampling
 
 
 class PolicyLoadError(ValueError):
@@ -29,7 +29,7 @@ class PolicyLoadError(ValueError):
 
 
 class ScriptedPolicy:
-    """Deterministic :class:`~omtr.inference.policy.Policy` returning given texts per call."""
+    """Deterministic :class:`~omtr.policy.Policy` returning given texts per call."""
 
     def __init__(self, scripts: Mapping[str, Sequence[str]], *, scores: Mapping[str, float] | None = None,
                  default_score: float = 0.5, samples: Mapping[str, Sequence[str]] | None = None):

@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Sequence
 
 from omtr.config import ConfigError
 from omtr.inference.episode import Episode, Environment, Step, run_episodes
-from omtr.inference.policy import Policy, Sampling
+from omtr.policy import Policy, Sampling
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
+
+from omtr.model.limits import GrammarLimits
 
 log = logging.getLogger("omtr.model")
 
@@ -36,24 +37,6 @@ _NAME_HEAD = "abcdefghijklmnopqrstuvwxyz"
 _NAME_TAIL = _NAME_HEAD + "0123456789_-"
 
 
-@dataclass(frozen=True)
-class GrammarLimits:
-    """Upper bounds of every repetition in the grammar."""
-
-    name_len: int = 24
-    ws: int = 12  # deepest indentation after a line break, in spaces
-    types: int = 12
-    predicates: int = 16
-    predicate_args: int = 4
-    actions: int = 8
-    parameters: int = 6
-    literals: int = 12  # per precondition / effect
-    objects: int = 32
-    init: int = 64
-    goal: int = 16
-    atom_args: int = 4
-
-
 def _bucket(n: int, step: int = 8) -> int:
     return -(-n // step) * step
 
@@ -64,7 +47,7 @@ def statement_limits(limits: GrammarLimits, objects) -> GrammarLimits:
     clause that names nothing (Gripper's "the left gripper is free"), ``:init`` atoms for every
     clause plus one static fact per name (PlanBench's Logistics never states ``(truck t0)``), goal
     atoms for every goal clause, names as long as the longest. Rounded up to multiples of 8, so few
-    grammars are compiled. ``objects``: the statement's names (:class:`omtr.inference.statement.StatementNames`)."""
+    grammars are compiled. ``objects``: the statement's names (:class:`omtr.statement.StatementNames`)."""
     if not objects:
         return limits
     reading = getattr(objects, "reading", None)

@@ -20,7 +20,7 @@ import platform
 
 log = logging.getLogger(__name__)
 
-from omtr.rl.config import UPDATE_DTYPES  # noqa: E402,F401 - one list, checked without torch
+from omtr.config import UPDATE_DTYPES  # noqa: E402,F401 - one list, checked without torch
 
 
 def _cpu_flags() -> set[str]:

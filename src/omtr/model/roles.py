@@ -36,9 +36,9 @@ import torch
 from torch import nn
 
 from omtr.config import ROLE_NAMES, ModelConfig
-from omtr.inference.policy import Generation, Messages, Sampling
-from omtr.model.batching import alike_chunks, prompt_text
 from omtr.model.backbone import Backbone, _ensure_pad, load_backbone, resolve_device, resolve_dtype
+from omtr.model.batching import alike_chunks, prompt_text
+from omtr.policy import Generation, Messages, Sampling
 
 log = logging.getLogger("omtr.model")
 
@@ -49,7 +49,7 @@ MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt prefix is not worth a 
 
 
 class RoleModel(nn.Module):
-    """The three-role model. Implements :class:`omtr.inference.policy.Policy`."""
+    """The three-role model. Implements :class:`omtr.policy.Policy`."""
 
     def __init__(self, cfg: ModelConfig, backbone: Backbone):
         from peft import LoraConfig, get_peft_model
@@ -503,7 +503,7 @@ class RoleModel(nn.Module):
             return None
         if len(objects) != n:
             raise ValueError(f"{n} prompts but {len(objects)} object-name lists")
-        from omtr.inference.statement import decoder_objects
+        from omtr.statement import decoder_objects
 
         return [decoder_objects(o, self.cfg.statement_objects, self.cfg.statement_facts,
                                 getattr(self.cfg, "statement_predicates", True)) for o in objects]
@@ -512,10 +512,10 @@ class RoleModel(nn.Module):
         """Each prompt's token limit: ``sampling.max_new_tokens``, raised where the answer is PDDL
         under the decoder and its task's statement needs more (:func:`omtr.model.grammar.answer_tokens`,
         sized from the names and clauses as the grammar's bounds are; ``sampling.fit_statement``
-        False keeps it fixed). Raises :class:`omtr.inference.policy.ContextOverflow` where a prompt
+        False keeps it fixed). Raises :class:`omtr.policy.ContextOverflow` where a prompt
         with that many tokens after it would not fit the model's context."""
-        from omtr.inference.policy import ContextOverflow
         from omtr.model.grammar import answer_tokens
+        from omtr.policy import ContextOverflow
 
         base = sampling.max_new_tokens
         ctx = getattr(getattr(self.lm, "config", None), "max_position_embeddings", None)
@@ -538,13 +538,13 @@ class RoleModel(nn.Module):
         if self._grammar is None:
             from omtr.model.grammar import PddlGrammar
 
-            from omtr.model.grammar import GrammarLimits
+            from omtr.model.limits import GrammarLimits
 
             self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), GrammarLimits(**self.cfg.grammar_limits))
         return self._grammar
 
     def set_grammar_limits(self, limits) -> None:
-        """Use the PDDL grammar with other repetition bounds (:class:`omtr.model.grammar.GrammarLimits`)."""
+        """Use the PDDL grammar with other repetition bounds (:class:`omtr.model.limits.GrammarLimits`)."""
         from omtr.model.grammar import PddlGrammar
 
         self._grammar = PddlGrammar(self.tokenizer, self._vocab_size(), limits)
@@ -579,7 +579,7 @@ class RoleModel(nn.Module):
         given domain (PDDL text): that answer is a problem alone, decoded under the problem grammar
         and, when scoped, the given domain's predicates, types and constants. A given domain that
         does not parse raises :class:`omtr.model.scope.GivenDomainError`. ``objects[i]``: the names
-        prompt i's task statement uses (:func:`omtr.inference.statement.statement_objects`); under scoped
+        prompt i's task statement uses (:func:`omtr.statement.statement_objects`); under scoped
         decoding the problem declares them first, each once (``statement_objects`` in the config
         turns this off)."""
         if role not in GENERATING_ROLES:

@@ -18,12 +18,12 @@ the literals already written in each conjunction. From that it decides which nam
 
 The constraint comes from the answer itself, in the domain-given mode from the given domain, and,
 when the caller passes them (``objects``), from the object names the task's statement uses
-(:func:`omtr.inference.statement.statement_objects`: "the red block", ``ball_1``, ``room_2``, read from the
+(:func:`omtr.statement.statement_objects`: "the red block", ``ball_1``, ``room_2``, read from the
 English alone, never from a reference): the problem's ``:objects`` declares those names first, each
 once, before any name of its own, and cannot close while one is missing; such a name that holds a
 declared type's name as a part (``ball_1``) shares its group with no such name of another type, and
 the group takes that type (``ball_1 ball_2 - ball``). With those names come the statement's *facts*
-(:class:`omtr.inference.statement.StatementNames`, ``statement_facts`` in the model config): each
+(:class:`omtr.statement.StatementNames`, ``statement_facts`` in the model config): each
 clause's names in order ("the blue block is on top of the orange block": blue, orange). Then an
 atom of ``:init`` or the goal over the statement's names stands for one clause of its part not yet
 used, its arguments naming the clause's names in that order; an atom over none of the names (over
@@ -49,7 +49,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from omtr.inference.statement import _norm, name_parts
+from omtr.model.limits import GrammarLimits
+from omtr.statement import _norm, name_parts
 
 log = logging.getLogger("omtr.model")
 
@@ -87,10 +88,10 @@ class Declared:
 def declared_from_domain(text: str) -> Declared:
     """The declarations of a given domain (PDDL text), read with omtr's own reader.
 
-    Raises :class:`omtr.spec.model.SpecError` for a domain that does not parse."""
-    from omtr.spec.model import parse_domain
+    Raises :class:`omtr.pddl.model.SpecError` for a domain that does not parse."""
+    from omtr.pddl.model import parse_domain
 
-    from omtr.spec.model import atoms_of
+    from omtr.pddl.model import atoms_of
 
     dom = parse_domain(text)
     preds = {p: tuple(t for _, t in args) for p, args in dom.predicates.items()}
@@ -112,7 +113,7 @@ def given_declarations(text: str) -> Declared:
     """:func:`declared_from_domain`, cached by text, with a clear error for a broken domain."""
     got = _GIVEN_CACHE.get(text)
     if got is None:
-        from omtr.spec.model import SpecError
+        from omtr.pddl.model import SpecError
 
         try:
             got = declared_from_domain(text)
@@ -202,8 +203,6 @@ class ScopeTracker:
     would not fit the grammar's bounds."""
 
     def __init__(self, given: Declared | None = None, *, limits=None, objects=None):
-        from omtr.model.grammar import GrammarLimits
-
         L = limits or GrammarLimits()
         self.name_len = L.name_len
         # the grammar's bounds on typed lists: a list that is full can only end or take a type
@@ -227,7 +226,7 @@ class ScopeTracker:
         req = tuple(dict.fromkeys(o for o in (names or ()) if _NAME.fullmatch(o) and len(o) <= self.name_len
                                   and o not in self.constants))
         self.required = req if len(req) <= L.objects else ()
-        # The statement's facts (``objects.facts``, omtr.inference.statement.StatementNames): per
+        # The statement's facts (``objects.facts``, omtr.statement.StatementNames): per
         # part, the clause keys no atom stands for yet; only with the objects rule in force.
         facts = getattr(objects, "facts", None) if self.required else None
         self.fact_names = frozenset(_norm(o) for o in self.required) if facts else frozenset()
@@ -255,7 +254,7 @@ class ScopeTracker:
     def _bind_predicates(self) -> None:
         """The predicates rule: once the domain's predicates are known (given, or when the answer's
         problem begins), each clause whose words name one predicate
-        (:func:`omtr.inference.statement.clause_predicate`) takes only an atom of that predicate."""
+        (:func:`omtr.statement.clause_predicate`) takes only an atom of that predicate."""
         if self._statement is None or self.fact_left is None:
             return
         bound = self._statement.clause_facts(self.preds)

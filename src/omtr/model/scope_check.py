@@ -4,7 +4,7 @@
 constraint a model runs: the PDDL grammar under the bounds it would decode with for this task
 (:meth:`omtr.model.grammar.PddlGrammar.limits_for`), then the scope rules, then the statement's
 rules (:class:`omtr.model.scope.ScopeTracker`) as the task's English is read
-(:func:`omtr.inference.statement.read_statement`). The spec is judged up to white space,
+(:func:`omtr.statement.read_statement`). The spec is judged up to white space,
 comments, letter case and the order of the declarations in ``:objects`` (the statement's names
 are put first, each with its own type), by feeding its canonical text character by character; a
 model whose vocabulary holds every single character (byte-level BPE) can write any text that
@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from omtr.inference.statement import (RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, Reading, decoder_objects, names_of,
-                                     read_statement)
+from omtr.statement import (RULE_FACTS, RULE_OBJECTS, RULE_PREDICATES, Reading, decoder_objects, names_of,
+                            read_statement)
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _WIDE = dict(name_len=64, ws=12, types=64, predicates=64, predicate_args=8, actions=32, parameters=12,
@@ -202,9 +202,10 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
 
     ``given``: the task's given domain (the domain-given mode: ``problem`` is the whole answer);
     otherwise ``domain`` is the answer's domain, written before the problem. ``limits``: the
-    model's configured :class:`omtr.model.grammar.GrammarLimits`. Raises
+    model's configured :class:`omtr.model.limits.GrammarLimits`. Raises
     :class:`omtr.model.scope.GivenDomainError` for a given domain that does not parse."""
-    from omtr.model.grammar import GrammarLimits, decode_limits
+    from omtr.model.grammar import decode_limits
+    from omtr.model.limits import GrammarLimits
     from omtr.model.scope import given_declarations
 
     reading = read_statement(nl)

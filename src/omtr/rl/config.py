@@ -14,13 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omtr.config import ConfigError, EpisodeConfig
+from omtr.config import UPDATE_DTYPES, ConfigError, EpisodeConfig
 from omtr.rl.rewards import BROKEN_CREDIT, GROUNDING_WEIGHT
 from omtr.rollout import PREFIX_CACHE_MB
-
-# Number formats of the passes that train (omtr.model.precision applies them; kept here so that a
-# config is checked without torch)
-UPDATE_DTYPES = ("fp32", "bf16")
 
 _EP = EpisodeConfig()
 

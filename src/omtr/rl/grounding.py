@@ -25,14 +25,14 @@ clause.
 It returns None when it cannot judge: a text without ``[STATEMENT]``, or a statement with no names.
 It does not read predicates (the given domain's names rarely appear in the English), so it cannot
 tell ``(clear red)`` from ``(ontable red)``; the planner's verdict and the rest of the reward have
-to. The statement is read by :func:`omtr.inference.statement.read_statement`, as scoped decoding reads it.
+to. The statement is read by :func:`omtr.statement.read_statement`, as scoped decoding reads it.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from omtr.inference.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
+from omtr.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
     STATEMENT, TEMPLATE_WORDS, _norm, name_parts, read_statement, statement_parts,
 )
 
@@ -82,7 +82,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
     """The F1 of the statement's clauses against the problem's init and goal atoms (module doc):
     1 when every named clause has its atom and every atom its clause; 0 when the problem does not
     parse or names nothing of the statement; None when the text gives nothing to judge by."""
-    reading = read_statement(nl)  # the one reading of the English (omtr.inference.statement)
+    reading = read_statement(nl)  # the one reading of the English (omtr.statement)
     names = set(reading.norm_names)
     if not names:
         return None
@@ -92,7 +92,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
         return None
     if not problem_text:
         return 0.0
-    from omtr.spec.model import SpecError, conjunction_literals, parse_problem
+    from omtr.pddl.model import SpecError, conjunction_literals, parse_problem
 
     try:
         prob = parse_problem(problem_text)

@@ -21,11 +21,11 @@ import torch
 
 from omtr.inference import prompts as P
 from omtr.inference.episode import Episode
-from omtr.inference.statement import statement_objects
 from omtr.model.batching import alike_chunks, prompt_text
 from omtr.rl.config import TrainConfig
 from omtr.rl.recipe import groups_with_signal
 from omtr.rl.rewards import actor_reward, editor_reward, outcome
+from omtr.statement import statement_objects
 
 GEN_ROLES = ("actor", "editor")
 

@@ -58,7 +58,7 @@ from torch import nn
 
 from omtr.config import ROLE_NAMES, ConfigError, EpisodeConfig, SolverConfig
 from omtr.inference.episode import Episode, run_episodes
-from omtr.inference.policy import Sampling
+from omtr.policy import Sampling
 from omtr.rl import losses as L
 from omtr.rl.advantages import ADVANTAGE_ESTIMATORS
 from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name

@@ -2,7 +2,7 @@
 
 An engine writes Actor/Editor answers for prompts under a sampling config and a decoding
 constraint, exactly as :meth:`omtr.model.roles.RoleModel.generate` does (it *is* a
-:class:`omtr.inference.policy.Policy`), from weights it takes from a role model, the *policy*:
+:class:`omtr.policy.Policy`), from weights it takes from a role model, the *policy*:
 
 ``hf``
     The role model itself (LoRA adapters, role vectors, shared-prefix KV cache through

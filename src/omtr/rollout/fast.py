@@ -59,8 +59,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from omtr.config import ROLE_NAMES
-from omtr.inference.policy import Generation, Messages, Sampling
 from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
+from omtr.policy import Generation, Messages, Sampling
 from omtr.rollout import PREFIX_CACHE_MB, OverModel
 from omtr.rollout.prefix_cache import PrefixCache
 

@@ -16,9 +16,9 @@ import threading
 from typing import TYPE_CHECKING
 
 from omtr.config import SolverConfig
+from omtr.pddl.categories import Category
 from omtr.solver.lint import lint  # eager: the name would otherwise resolve to the submodule
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
 
 if TYPE_CHECKING:
     from omtr.solver.cache import ResultCache, normalise, spec_key

@@ -11,9 +11,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from omtr.spec.categories import Category
-from omtr.spec.model import COMPARATORS, LOGICAL, Action, Domain, Problem, atoms_of
-from omtr.spec.sexpr import SList, Sym, to_text
+from omtr.pddl.categories import Category
+from omtr.pddl.model import COMPARATORS, LOGICAL, Action, Domain, Problem, atoms_of
+from omtr.pddl.sexpr import SList, Sym, to_text
 
 
 @dataclass
@@ -72,7 +72,7 @@ def _disjuncts(f) -> list[tuple[list[tuple[str, str]], list[tuple]]]:
         out = [d for g in f[1:] for d in _disjuncts(g)]
         return out if len(out) <= _MAX_DISJUNCTS and out else [([], [])]
     if h == "exists" and len(f) == 3 and isinstance(f[1], list):
-        from omtr.spec.model import SpecError, parse_typed_list
+        from omtr.pddl.model import SpecError, parse_typed_list
 
         try:
             vs = parse_typed_list(f[1], "exists", allow_vars=True)

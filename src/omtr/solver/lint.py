@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 
 from omtr.config import SolverConfig
-from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
-from omtr.spec.model import (
+from omtr.pddl.categories import Category
+from omtr.pddl.model import (
     COMPARATORS, ROOT_TYPE, Domain, Problem, SpecError, SpecLimitError, atoms_of, conjunction_literals, parse_domain,
     parse_problem, parse_typed_list,
 )
-from omtr.spec.sexpr import SList, to_text
+from omtr.pddl.sexpr import SList, to_text
+from omtr.solver.verdict import Verdict
 
 # The requirement flags Fast Downward's translator accepts; it stops on any other flag.
 PLANNER_REQUIREMENTS = (

@@ -37,7 +37,7 @@ class FleetMetrics:
         self.verdicts = Counter("omtr_solver_verdicts",
                                 "Verdicts by outcome: 'success' or one of the six diagnostic categories.",
                                 ["category"], registry=r)
-        from omtr.spec.categories import Category
+        from omtr.pddl.categories import Category
 
         for c in ["success", *(c.value for c in Category)]:
             self.verdicts.labels(c)

@@ -18,13 +18,13 @@ import tempfile
 import time
 
 from omtr.config import SolverConfig
+from omtr.pddl.categories import Category
+from omtr.pddl.plan import read_plan as read_steps
+from omtr.pddl.plan import read_plan_file
 from omtr.solver import proc
 from omtr.solver.lint import LintResult
 from omtr.solver.lint import lint as run_lint
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
-from omtr.spec.plan import read_plan as read_steps
-from omtr.spec.plan import read_plan_file
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def _val_reason(out: str, res) -> str:
 
 def _unknown_steps(domain_text: str, plan: str) -> str | None:
     """Name a plan step whose action is not in the domain or has the wrong number of arguments."""
-    from omtr.spec import SpecError, parse_domain
+    from omtr.pddl import SpecError, parse_domain
 
     try:
         dom = parse_domain(domain_text)

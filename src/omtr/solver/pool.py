@@ -17,10 +17,10 @@ import time
 from typing import Iterable, Sequence
 
 from omtr.config import SolverConfig
+from omtr.pddl.categories import Category
 from omtr.solver.cache import ResultCache, exact_key, spec_key
 from omtr.solver.lint import lint_verdict
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from omtr.spec.categories import Category
+from omtr.pddl.categories import Category
 
 
 @dataclass

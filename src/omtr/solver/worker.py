@@ -10,8 +10,8 @@ import logging
 import os
 
 from omtr.config import SolverConfig
+from omtr.pddl.categories import Category
 from omtr.solver.verdict import Verdict
-from omtr.spec.categories import Category
 
 log = logging.getLogger(__name__)
 

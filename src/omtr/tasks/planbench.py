@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from omtr.jsonl import JsonlError, read_jsonl
-from omtr.spec.plan import read_plan
+from omtr.pddl.plan import read_plan
 from omtr.tasks.generators import STATEMENT_SEP, join_facts
 from omtr.tasks.records import ReferenceSpec, Task
 from omtr.tasks.strips import problem_atoms

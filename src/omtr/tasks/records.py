@@ -191,8 +191,8 @@ def given_domain_error(domain: str) -> str | None:
     tasks sharing one domain lints it once."""
     if domain in _LINTED:
         return _LINTED[domain] or None
+    from omtr.pddl.model import SpecError, parse_domain
     from omtr.solver.lint import lint
-    from omtr.spec.model import SpecError, parse_domain
 
     try:
         name = parse_domain(domain).name

@@ -1,7 +1,7 @@
 """Small pure-Python STRIPS helpers for the task generators.
 
 * ``Schema`` / ``simulate``: replay a plan on a positive-precondition STRIPS domain read from its
-  PDDL text with ``omtr.spec``. Generators use it to prove their constructive plans reach the goal
+  PDDL text with ``omtr.pddl``. Generators use it to prove their constructive plans reach the goal
   under the very PDDL they emit, so every generated task is solvable without calling a planner.
 * ``render_problem``: PDDL problem text from atoms.
 * ``signature``: a canonical hash of (init, goal) up to object renaming (colour refinement), used
@@ -16,8 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from omtr.spec.model import conjunction_literals, parse_domain, parse_problem
-from omtr.spec.plan import parse_step
+from omtr.pddl.model import conjunction_literals, parse_domain, parse_problem
+from omtr.pddl.plan import parse_step
 
 Atom = tuple[str, ...]
 

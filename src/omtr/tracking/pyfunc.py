@@ -398,8 +398,8 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
                 self.metrics.observe(outcome, time.perf_counter() - t0, rows)
 
     def _answer(self, model_input, params: dict | None) -> list[dict]:
-        from omtr.inference.policy import Sampling
         from omtr.inference.select import run_with_select
+        from omtr.policy import Sampling
         from omtr.tasks.training import TrainingTask
 
         limits = self.limits

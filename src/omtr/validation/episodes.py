@@ -40,7 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from omtr.spec.categories import Category
+from omtr.pddl.categories import Category
 
 # column -> dtype, in file order. "str" columns are UTF-8 strings in parquet.
 EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from omtr.spec.plan import format_step, parse_step
+from omtr.pddl.plan import format_step, parse_step
 from omtr.tasks.generators import Family, GenerationError, Instance, join_facts, register, statement
 from omtr.tasks.strips import render_problem
 

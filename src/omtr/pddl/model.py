@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from omtr.spec.categories import Category
-from omtr.spec.sexpr import NestingLimit, SExprError, SList, Sym, read_sexpr, to_text
+from omtr.pddl.categories import Category
+from omtr.pddl.sexpr import NestingLimit, SExprError, SList, Sym, read_sexpr, to_text
 
 ROOT_TYPE = "object"
 

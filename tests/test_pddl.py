@@ -2,9 +2,9 @@
 
 import pytest
 
-from omtr.spec import SpecError, atoms_of, parse_domain, parse_problem, read_sexpr
-from omtr.spec.categories import Category
-from omtr.spec.sexpr import SExprError
+from omtr.pddl import SpecError, atoms_of, parse_domain, parse_problem, read_sexpr
+from omtr.pddl.categories import Category
+from omtr.pddl.sexpr import SExprError
 
 
 def test_reader_lowercases_strips_comments_and_keeps_lines():

@@ -1,6 +1,6 @@
-"""The one tolerant plan-step reader (omtr.spec.plan) and the places that use it."""
+"""The one tolerant plan-step reader (omtr.pddl.plan) and the places that use it."""
 
-from omtr.spec.plan import PlanStep, format_step, parse_step, read_plan, read_plan_file
+from omtr.pddl.plan import PlanStep, format_step, parse_step, read_plan, read_plan_file
 
 
 def test_planner_plan_file(tmp_path):

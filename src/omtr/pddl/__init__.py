@@ -4,8 +4,8 @@
 which carries one of the six diagnostic categories and the line of the offending element.
 """
 
-from omtr.spec.sexpr import SExprError, SList, Sym, read_sexpr
-from omtr.spec.model import (
+from omtr.pddl.sexpr import SExprError, SList, Sym, read_sexpr
+from omtr.pddl.model import (
     Action,
     Derived,
     Domain,

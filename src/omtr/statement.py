@@ -3,7 +3,9 @@
 This is the one place omtr reads a task's English. :func:`read_statement` turns a task's text into
 a :class:`Reading`, a plain value that the scope rules (:class:`omtr.model.scope.ScopeTracker`),
 the grounding reward (:mod:`omtr.rl.grounding`), the episode records and the conformance suite
-(:mod:`omtr.model.scope_check`) all consume.
+(:mod:`omtr.model.scope_check`) all consume. It reads the ``nl`` text alone and imports nothing of
+omtr, so it sits below every room that uses it (beside the task records, not among them: the training
+side may import from ``omtr.tasks`` only ``omtr.tasks.training``).
 
 The task suites state a task in PlanBench's layout: a description of the domain, then a
 ``[STATEMENT]`` line, then "As initial conditions I have that, ... My goal is to have that ...".

@@ -6,6 +6,10 @@ implements this protocol, and so do scripted policies in tests and (later) LLM b
 
 Prompts are chat messages (``[{"role": "system"|"user"|"assistant", "content": str}, ...]``);
 the policy applies its own chat template.
+
+Shared vocabulary, below every room that uses it: the episode loop (``omtr.inference``) asks through
+it, and the role model (``omtr.model``) and the rollout engines (``omtr.rollout``) answer in it, so
+this module imports nothing of omtr.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class Policy(Protocol):
         that domain alone, which a constrained decoder may scope to the domain's names. A policy
         with ``routes_by_id = True`` also gets ``task_ids=`` (each prompt's task id), beside
         ``domains`` in a domain-given batch; one with ``takes_objects = True`` gets ``objects=``
-        (the names each prompt's task statement uses, :func:`omtr.inference.statement.statement_objects`,
+        (the names each prompt's task statement uses, :func:`omtr.statement.statement_objects`,
         None where it names none), which omtr's scoped decoder makes the problem declare."""
         ...
 
