@@ -800,9 +800,12 @@ class ScopeTracker:
             return False
         need = self._own_needed()
         base = {o: t for o, t in f.items.items() if o not in waiting}
-        have = self._free_atoms(f.items, need)
-        return any(self._free_atoms({**base, **{o: t for o in waiting}}, need) > have
-                   for t in self._declared_types())
+        return bool(self._more_atoms(base, waiting, need, self._free_atoms(f.items, need), self._declared_types()))
+
+    def _more_atoms(self, base: dict, group: list[str], need: int, have: int, types) -> set[str]:
+        """The types among ``types`` that, given to every object of ``group`` beside ``base``, give
+        the clauses without names more than ``have`` atoms (:meth:`_free_atoms`)."""
+        return {t for t in types if self._free_atoms({**base, **{o: t for o in group}}, need) > have}
 
     def _useful_types(self, f: _Frame, fit: set[str]) -> set[str]:
         """Types for the waiting group of objects of the problem's own while the clauses without
@@ -814,8 +817,7 @@ class ScopeTracker:
         have = self._free_atoms(base, need)
         if have >= need:
             return fit
-        better = {t for t in fit if self._free_atoms({**base, **{o: t for o in f.group}}, need) > have}
-        return better or fit
+        return self._more_atoms(base, f.group, need, have, fit) or fit
 
     def _facts_open(self, f: _Frame) -> bool:
         """Closing ``f`` (``:init``, the goal or the goal's ``and``): is a clause of its part left

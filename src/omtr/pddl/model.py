@@ -194,13 +194,18 @@ def _sections(root: SList, kind: str, what: str):
     return str(header[1]), root[2:]
 
 
-def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
+def _read_root(text: str, what: str, max_depth: int):
+    """The s-expression of a domain or problem (``what``); reader errors as the spec's own errors."""
     try:
-        root = read_sexpr(text, max_depth=max_depth, what="domain")
+        return read_sexpr(text, max_depth=max_depth, what=what)
     except NestingLimit as exc:
-        raise SpecLimitError(str(exc), exc.line, "domain") from None
+        raise SpecLimitError(str(exc), exc.line, what) from None
     except SExprError as exc:
-        raise SpecError(Category.SYNTAX, str(exc), exc.line, "domain") from None
+        raise SpecError(Category.SYNTAX, str(exc), exc.line, what) from None
+
+
+def parse_domain(text: str, *, max_depth: int = 64) -> Domain:
+    root = _read_root(text, "domain", max_depth)
     name, sections = _sections(root, "domain", "domain")
     dom = Domain(name=name)
     seen_sections: set[str] = set()
@@ -391,12 +396,7 @@ def _formula(val, what: str, line: int) -> SList:
 
 
 def parse_problem(text: str, *, max_depth: int = 64) -> Problem:
-    try:
-        root = read_sexpr(text, max_depth=max_depth, what="problem")
-    except NestingLimit as exc:
-        raise SpecLimitError(str(exc), exc.line, "problem") from None
-    except SExprError as exc:
-        raise SpecError(Category.SYNTAX, str(exc), exc.line, "problem") from None
+    root = _read_root(text, "problem", max_depth)
     name, sections = _sections(root, "problem", "problem")
     prob = Problem(name=name, domain_name="")
     seen: set[str] = set()
