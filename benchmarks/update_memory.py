@@ -115,7 +115,8 @@ def _trainer(args, tmp: str, chunk: int | None, ckpt: bool | None = None, dtype:
     from omtr.rl.trainer import Trainer
     from omtr.tasks.training import load_training_tasks
 
-    cfg = train_profile(args.profile).replace(mlflow=False, torch_threads=args.threads or None)
+    cfg = train_profile(args.profile).with_overrides(list(args.set or [])).replace(
+        mlflow=False, torch_threads=args.threads or None)
     if chunk is not None:
         cfg = cfg.replace(logprob_chunk=chunk)
     if ckpt is not None:
@@ -209,7 +210,9 @@ def child_phases(args) -> dict:
                            "judge_prompts": len(judge),
                            "judge_prompt_tokens": [len(p) for p in model.encode_prompts([j.prompt for j in judge])]}
         with sampler.phase("old_logprobs", report):
-            engine_kl = tr._recompute_old(items) if not tr.exact_rollout else None
+            if not tr.exact_rollout:  # every step's, as the saved batch has no rewards to split minibatches by
+                tr._recompute_old(items)
+            engine_kl = tr._engine_kl() if not tr.exact_rollout else None
         report["old_logprobs"]["engine_kl"] = engine_kl
         bad = 0
         for it, d in zip(items, data["items"]):
@@ -323,6 +326,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=None, help="logprob_chunk of the chunked path (default: the model's)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     ap.add_argument("--interval-ms", type=float, default=5.0, help="RSS sampling interval (default 5 ms)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a training setting for every path, as omtr train --set takes it "
+                         "(e.g. --set micro_batch_size=4); repeatable")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--child", choices=("rollout", "phases"), help=argparse.SUPPRESS)
     ap.add_argument("--path", choices=tuple(PATHS), help=argparse.SUPPRESS)
@@ -338,8 +344,10 @@ def main() -> None:
         Path(args.child_out).write_text(json.dumps(rep))
         return
 
-    common = ["--profile", args.profile, "--threads", str(args.threads), "--interval-ms", str(args.interval_ms)]
-    out: dict = {"benchmark": "update_memory", "profile": args.profile, "threads": args.threads or None,
+    common = ["--profile", args.profile, "--threads", str(args.threads), "--interval-ms", str(args.interval_ms),
+              *(x for kv in args.set for x in ("--set", kv))]
+    out: dict = {"benchmark": "update_memory", "profile": args.profile, "settings": args.set,
+                 "threads": args.threads or None,
                  "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
                  "memory": "peak RSS sampled every %g ms by a thread, each part in a fresh process" % args.interval_ms}
     tmpdir = tempfile.TemporaryDirectory()

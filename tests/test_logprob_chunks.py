@@ -331,6 +331,23 @@ def test_bf16_falls_back_to_fp32_with_one_line_where_the_cpu_lacks_it(monkeypatc
         train_profile("micro").with_overrides(["update_dtype=fp16"])
 
 
+def test_auto_is_bf16_where_native_and_fp32_without_a_warning_elsewhere(monkeypatch, caplog):
+    """update_dtype=auto (the small profile's): bf16 where the CPU has it, quietly fp32 where not."""
+    import logging
+
+    import omtr.model.precision as P
+    from omtr.rl.config import train_profile
+
+    assert train_profile("small").update_dtype == "auto"
+    monkeypatch.setattr(P, "_cpu_flags", lambda: {"avx2", "avx512f"})
+    with caplog.at_level(logging.WARNING, logger="omtr.model.precision"):
+        assert P.resolve_update_dtype("auto", "cpu") == "fp32"
+    assert not [r for r in caplog.records if r.name == "omtr.model.precision"]
+    monkeypatch.setattr(P, "_cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    native, _ = P.bf16_support("cpu")  # the flag, and oneDNN's bf16 kernels in this torch on this CPU
+    assert P.resolve_update_dtype("auto", "cpu") == ("bf16" if native else "fp32")
+
+
 def test_trainer_with_bf16_on_a_cpu_without_it_trains_in_fp32(tmp_path, micro, monkeypatch, caplog):
     import logging
 

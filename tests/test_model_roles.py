@@ -428,3 +428,27 @@ def test_alike_chunks_put_alike_prompts_together_and_keep_every_one():
     assert alike_chunks([], 4) == []
     with pytest.raises(ValueError, match="chunk size"):
         alike_chunks(texts, 0)
+
+
+def test_alike_chunks_by_length_pad_less_and_keep_tasks_apart():
+    """With lengths (a sample's completion tokens), the samples of one task are cut into chunks of
+    about one length: the padded size of the chunks (each row padded to its chunk's longest) is the
+    smallest a cut of that task's run into chunks of `size` can give, and no chunk mixes two tasks."""
+    from omtr.model.batching import alike_chunks
+
+    a = "system: translate. user: stack block a on block b and then put c on the table " * 3
+    b = "system: translate. user: move both balls from room a to room b with the left gripper " * 3
+    texts = [a] * 8 + [b] * 3
+    lengths = [877, 253, 565, 260, 575, 526, 242, 430, 40, 900, 41]
+    chunks = alike_chunks(texts, 4, lengths=lengths)
+    assert sorted(i for c in chunks for i in c) == list(range(len(texts)))
+    for c in chunks:
+        assert len({texts[i] for i in c}) == 1, "a chunk mixes two tasks"
+
+    def padded(cs):
+        return sum(len(c) * max(lengths[i] for i in c) for c in cs)
+
+    assert padded(chunks) == 4 * 430 + 4 * 877 + 3 * 900
+    assert padded(chunks) < padded(alike_chunks(texts, 4))  # in the order they came: 4 x 575 + 4 x 877 + ...
+    with pytest.raises(ValueError, match="lengths"):
+        alike_chunks(texts, 4, lengths=[1, 2])

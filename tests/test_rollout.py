@@ -276,7 +276,8 @@ def test_trainer_recomputes_old_logprobs_with_the_policy(micro, tmp_path):
     items = [StepItem(ep=i, group=(0, i), role="actor", step=0, prompt=p, tokens=list(g.token_ids),
                       old_logprobs=list(g.logprobs), outcome="syntax", limited=False, judge_score=None)
              for i, (p, g) in enumerate(zip(PROMPTS, gens))]
-    kl = tr._recompute_old(items)
+    tr._recompute_old(items)
+    kl = tr._engine_kl()
     own, mask = micro.token_logprobs("actor", PROMPTS, [g.token_ids for g in gens], temperature=cfg.temperature,
                                      grammar=False)
     for b, it in enumerate(items):
@@ -521,3 +522,59 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
     params = sorted((r.data.params["engine"], r.data.params.get("engine.int8"))
                     for r in client.search_runs([exp.experiment_id]))
     assert params == [("fast", "True"), ("hf", None)]
+
+
+def _update_once(micro, tmp_path, reuse: bool):
+    """One update of two groups (two minibatches) on fixed engine samples, from the same parameters:
+    the items' old log-probs after the update and the trained parameters."""
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import StepItem, Trainer
+    from omtr.tasks.training import TrainingTask
+
+    tasks = [TrainingTask("t0", "blocksworld", None, "Stack b1 on b2.")]
+    cfg = train_profile("micro").replace(cycles=1, updates_per_cycle=1, episodes_per_batch=4, samples_per_task=2,
+                                         advantage="group", whiten_advantages=False, minibatches=2,
+                                         micro_batch_size=2, mlflow=False, save_model_every_cycle=False,
+                                         validate_logs=False, rollout_engine="fast", use_judge=False,
+                                         reuse_first_logprobs=reuse)
+    tr = Trainer(cfg, tasks, tmp_path / f"run-{reuse}", quiet=True, model=micro)
+    sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=1.0, max_new_tokens=12, seed=3)
+    prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[1]]
+    gens = tr.engines[id(micro)].generate("actor", prompts, sampling, grammar=False)
+    items = [StepItem(ep=i, group=(0, i // 2), role="actor", step=0, prompt=p, tokens=list(g.token_ids),
+                      old_logprobs=list(g.logprobs), outcome="solved", limited=False, judge_score=None,
+                      reward=float(i % 2), score=float(i % 2))
+             for i, (p, g) in enumerate(zip(prompts, gens))]
+    tr._recompute_old(items, [])
+    pending = sum(it.old_pending for it in items)
+    tr._advantages(items)
+    tr._update(items, [])
+    params = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+    return [list(it.old_logprobs) for it in items], params, pending, tr._engine_kl()
+
+
+def test_first_minibatch_takes_its_old_logprobs_from_its_own_forward_pass(micro, tmp_path):
+    """reuse_first_logprobs: the first optimizer step's samples skip the separate old-log-prob pass;
+    their old log-probs, the engine's gap and the trained parameters equal the separate pass's."""
+    start = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+
+    def restore():
+        with torch.no_grad():
+            for n, p in micro.named_parameters():
+                if n in start:
+                    p.copy_(start[n])
+
+    try:
+        old_sep, params_sep, pending_sep, kl_sep = _update_once(micro, tmp_path, reuse=False)
+        restore()
+        old_re, params_re, pending_re, kl_re = _update_once(micro, tmp_path, reuse=True)
+    finally:
+        restore()
+    assert pending_sep == 0 and pending_re == 2  # one group of two samples left to the first step
+    for a, b in zip(old_sep, old_re):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert kl_re == pytest.approx(kl_sep, abs=1e-5)
+    moved = [n for n in params_sep if not torch.equal(params_sep[n], start[n])]
+    assert moved  # the update trained something
+    for n in params_sep:
+        torch.testing.assert_close(params_re[n], params_sep[n], atol=1e-6, rtol=1e-5)

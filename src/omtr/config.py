@@ -422,7 +422,7 @@ GRAMMAR_LIMIT_NAMES = ("name_len", "ws", "types", "predicates", "predicate_args"
 
 # Number formats of the passes that train (omtr.model.precision applies them, omtr.rl.config's
 # TrainConfig.update_dtype takes one; kept here so that a config is checked without torch).
-UPDATE_DTYPES = ("fp32", "bf16")
+UPDATE_DTYPES = ("fp32", "bf16", "auto")  # auto: bf16 where the device computes it natively, else fp32
 
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

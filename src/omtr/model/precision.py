@@ -60,9 +60,15 @@ def bf16_support(device: str = "cpu") -> tuple[bool, str]:
 
 def resolve_update_dtype(name: str, device: str = "cpu") -> str:
     """The format the training passes use: ``name`` where the device supports it, else fp32 with
-    one log line saying why."""
+    one log line saying why. ``auto`` is bf16 where the device has it natively, fp32 elsewhere
+    (without a warning: nothing was asked for that the device lacks)."""
     if name not in UPDATE_DTYPES:
         raise ValueError(f"update_dtype {name!r}: choose one of {', '.join(UPDATE_DTYPES)}")
+    if name == "auto":
+        ok, why = bf16_support(device)
+        if not ok:
+            log.info("update_dtype=auto: fp32, as %s", why)
+        return "bf16" if ok else "fp32"
     if name == "bf16":
         ok, why = bf16_support(device)
         if not ok:

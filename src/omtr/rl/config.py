@@ -129,10 +129,15 @@ class TrainConfig:
                                          "log-probs, reference and PPO passes (None: the model's; see "
                                          "ModelConfig.logprob_chunk, 512 by default); 0 computes the whole micro-batch's "
                                          "logits at once (the earlier path, several GB on SmolLM2). Saved with the model.")
-    update_dtype: str = _f("fp32", "Number format of the old-log-prob, reference and update passes: fp32, or bf16 (a bf16 "
+    reuse_first_logprobs: bool = _f(True, "With a non-exact rollout engine (fast): the steps of the update's first "
+                                          "optimizer step take their PPO 'old' log-probs from that step's own forward "
+                                          "pass (the parameters have not moved yet, so the values are the same) "
+                                          "instead of a separate pass; false recomputes every step's beforehand.")
+    update_dtype: str = _f("fp32", "Number format of the old-log-prob, reference and update passes: fp32, bf16 (a bf16 "
                                    "autocast of the matrix products and attention; weights, gradients, optimizer, LM "
-                                   "head and losses stay fp32). bf16 where the device has native bf16 (these CPUs: "
-                                   "avx512_bf16); elsewhere it falls back to fp32 with one log line.")
+                                   "head and losses stay fp32) or auto (bf16 where the device has it natively, fp32 "
+                                   "elsewhere; the small profile's). bf16 where the device has native bf16 (these "
+                                   "CPUs: avx512_bf16); elsewhere it falls back to fp32 with one log line.")
 
     # ---------------------------------------------------------------- ablations (paper Table 4)
     use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")
@@ -367,7 +372,7 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
                          kl_coef=0.0,
                          max_repairs=0, max_new_tokens=448, micro_batch_size=8, rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
-                         checkpoint_every_updates=0),
+                         checkpoint_every_updates=0, update_dtype="auto"),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
     "micro": TrainConfig(profile="micro", model="micro", cycles=2, updates_per_cycle=2, episodes_per_batch=4,
                          max_repairs=1, max_new_tokens=24, micro_batch_size=4, grammar=False,

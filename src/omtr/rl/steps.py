@@ -55,6 +55,7 @@ class StepItem:
     domain: str | None = None  # the task's given domain (domain-given mode): the masks replay with it
     objects: list | None = None  # the task statement's names (the scope rules'): the masks replay with them
     skip: bool = False  # dynamic sampling: its group carries no signal (rewarded and logged, not trained on)
+    old_pending: bool = False  # its policy log-probs ("old") come from the update's first forward pass
     feature: torch.Tensor | None = field(default=None, repr=False)
 
 
@@ -168,6 +169,10 @@ def _pad(rows: list[list[float]], length: int, like: torch.Tensor) -> torch.Tens
 
 def _chunks(xs: list, n: int):
     """Micro-batches of at most ``n`` items, alike prompts together (:func:`omtr.model.batching.alike_chunks`:
-    the samples of one task share their prompt, or most of it, which the forward pass computes once)."""
-    return [[xs[i] for i in c] for c in alike_chunks([prompt_text(x.prompt) for x in xs], n)]
+    the samples of one task share their prompt, or most of it, which the forward pass computes once),
+    and within them rows of about one length (a step's completion tokens, a Judge item's prompt), so
+    that little of a micro-batch is padding."""
+    texts = [prompt_text(x.prompt) for x in xs]
+    lengths = [len(x.tokens) if hasattr(x, "tokens") else len(t) for x, t in zip(xs, texts)]
+    return [[xs[i] for i in c] for c in alike_chunks(texts, n, lengths=lengths)]
 

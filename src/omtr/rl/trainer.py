@@ -376,7 +376,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             return None
         recipe = self._observe_recipe(episodes, gate_open, len(kept), rolled)
         t1 = time.perf_counter()
-        engine_kl = None if self.exact_rollout else self._recompute_old(items)
+        if not self.exact_rollout:
+            self._recompute_old(items, judge_items)
         self._reference_pass(items)
         ref_s = time.perf_counter() - t1
         self._advantages(items)
@@ -384,6 +385,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         t2 = time.perf_counter()
         stats = self._update(items, judge_items)
         update_s = time.perf_counter() - t2
+        engine_kl = None if self.exact_rollout else self._engine_kl()  # the first step's steps counted in the update
         self.update += 1
         batch = self._gather_batch(episodes, items, (rollout_s, ref_s, update_s, validation.get("seconds", 0.0)))
         self.episodes_done += len(batch["episodes"])

@@ -57,16 +57,23 @@ class UpdateMixin:
 
     # ------------------------------------------------------------------ PPO's old log-probs
     @torch.no_grad()
-    def _recompute_old(self, items: list[StepItem]) -> float | None:
+    def _recompute_old(self, items: list[StepItem], judge_items: list[JudgeItem] = ()) -> None:
         """A non-exact engine sampled the tokens: the log-probabilities that enter the PPO ratio as
-        "old" are the policy's own on those tokens, under the same masks (verl's recompute). Returns
-        the mean over tokens of ``log p_engine - log p_policy``, an estimate of KL(engine || policy)
-        on the rollout's tokens (the engine's samples); None when there are no tokens."""
-        diff, n = 0.0, 0
-        bar = self._progress(sum(1 for it in items if it.tokens and not it.skip and it.role in GEN_ROLES),
-                             "old log-probs")
+        "old" are the policy's own on those tokens, under the same masks (verl's recompute).
+
+        With ``reuse_first_logprobs`` the steps trained in the update's first optimizer step are
+        left out (``old_pending``): their loss is taken before any parameter moves, so their forward
+        pass in :meth:`_ppo_loss` gives the same values, and saves a pass over them (half of this
+        pass's time with the `small` profile's two minibatches). The gap ``log p_engine - log
+        p_policy`` of every step is summed for :meth:`_engine_kl`."""
+        self._engine_gap = [0.0, 0]
+        first = self._first_step(items, judge_items) if self.cfg.reuse_first_logprobs else set()
+        todo_all = [it for it in items if it.tokens and not it.skip and it.role in GEN_ROLES]
+        for it in todo_all:
+            it.old_pending = id(it) in first
+        bar = self._progress(sum(not it.old_pending for it in todo_all), "old log-probs")
         for role in GEN_ROLES:
-            todo = [it for it in items if it.role == role and it.tokens and not it.skip]
+            todo = [it for it in todo_all if it.role == role and not it.old_pending]
             model = self.models[role]
             model.eval()
             for chunk in _chunks(todo, self.cfg.micro_batch_size):
@@ -76,15 +83,49 @@ class UpdateMixin:
                 bar.update(len(chunk), tokens=sum(len(p) for p in model.encode_prompts([it.prompt for it in chunk]))
                            + int(mask.sum()))
                 for b, it in enumerate(chunk):
-                    k = len(it.tokens)
-                    new = lp[b, :k].tolist()
-                    diff += sum(e - p for e, p in zip(it.old_logprobs, new))
-                    n += k
-                    it.old_logprobs = new
+                    self._take_old(it, lp[b, :len(it.tokens)].tolist())
         bar.close()
+
+    def _take_old(self, it: StepItem, new: list[float]) -> None:
+        """The policy's log-probs of a step's tokens become its "old" ones; the engine's gap is counted."""
+        gap = getattr(self, "_engine_gap", None)
+        if gap is not None:
+            gap[0] += sum(e - p for e, p in zip(it.old_logprobs, new))
+            gap[1] += len(new)
+        it.old_logprobs = new
+        it.old_pending = False
+
+    def _engine_kl(self) -> float | None:
+        """The mean over the update's tokens of ``log p_engine - log p_policy`` (after :meth:`_update`):
+        an estimate of KL(engine || policy) on the rollout's tokens; None when there were none."""
+        diff, n = getattr(self, "_engine_gap", None) or (0.0, 0)
         if self.coll.active:
             diff, n = self.coll.sum([diff, n])
         return diff / n if n else None
+
+    def _first_step(self, items: list[StepItem], judge_items: list[JudgeItem]) -> set[int]:
+        """``id``s of the steps :meth:`_update` trains in its first optimizer step (epoch 0, part 0):
+        those that will get an advantage (:meth:`_advantages`: rewarded, with tokens, not skipped)."""
+        train = [it for it in items if it.reward is not None and it.tokens and not it.skip and it.role in GEN_ROLES]
+        _, part_of = self._parts(train, judge_items)
+        return {id(it) for it in train if part_of(it) == 0}
+
+    def _parts(self, train: list[StepItem], judge_items: list[JudgeItem]):
+        """How many minibatches (optimizer steps per epoch) and which one each trained step is in."""
+        cfg, coll = self.cfg, self.coll
+        local_eps = {it.ep for it in train} | {j.index for j in judge_items}
+        n_eps = len(set().union(*coll.gather(local_eps))) if coll.active else len(local_eps)
+        parts = max(1, min(cfg.minibatches, n_eps or 1))
+        # Minibatches hold whole groups (the samples of one task) when there are several samples: a
+        # micro-batch of one group shares its whole prompt, which the forward pass computes once.
+        order = {g: k for k, g in enumerate(sorted({it.group for it in train}, key=repr))}
+        if cfg.samples_per_task > 1 and len(order) >= parts:
+            def part_of(it):
+                return order[it.group] % parts
+        else:
+            def part_of(it):
+                return it.ep % parts
+        return parts, part_of
 
     # ------------------------------------------------------------------ reference pass / values
     @torch.no_grad()
@@ -147,18 +188,8 @@ class UpdateMixin:
         def add(key, value, n=1):
             stats.setdefault(key, []).extend([float(value)] * n)
 
-        local_eps = {it.ep for it in train} | {j.index for j in judge_items}
-        n_eps = len(set().union(*coll.gather(local_eps))) if coll.active else len(local_eps)
-        parts = max(1, min(cfg.minibatches, n_eps or 1))
-        # Minibatches hold whole groups (the samples of one task) when there are several samples: a
-        # micro-batch of one group shares its whole prompt, which the forward pass computes once.
-        order = {g: k for k, g in enumerate(sorted({it.group for it in train}, key=repr))}
-        if cfg.samples_per_task > 1 and len(order) >= parts:
-            def part_of(it):
-                return order[it.group] % parts
-        else:
-            def part_of(it):
-                return it.ep % parts
+        parts, part_of = self._parts(train, judge_items)
+        stepped = False  # whether an optimizer step has moved the parameters in this update
         tokens_done = 0
         judge_scores: list[float] = []
         bar = self._progress(cfg.ppo_epochs * (sum(it.role in GEN_ROLES for it in train)
@@ -189,6 +220,9 @@ class UpdateMixin:
                     last = j == len(jobs) - 1
                     before = tokens_done
                     if kind == "ppo":
+                        if stepped and any(it.old_pending for it in chunk):
+                            raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
+                                               "is trained after it; --set reuse_first_logprobs=false")
                         with self._precision():
                             loss, st = self._ppo_loss(role, chunk)
                         tokens_done += st.pop("tokens")
@@ -216,6 +250,7 @@ class UpdateMixin:
                     if kind != "value":
                         bar.update(len(chunk), tokens=tokens_done - before)
                 add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
+                stepped = True
                 value_norm = getattr(self.backend, "last_value_grad_norm", None)
                 if value_norm is not None:  # torch clips the value head apart (DeepSpeed: one global norm)
                     add("value_grad_norm", value_norm)
@@ -242,6 +277,9 @@ class UpdateMixin:
         model = self.models[role]
         logp, mask = model.token_logprobs(role, [it.prompt for it in chunk], [it.tokens for it in chunk],
                                           temperature=cfg.temperature, **_domains(chunk))
+        for b, it in enumerate(chunk):
+            if it.old_pending:  # the parameters have not moved since the rollout: this pass is "old"
+                self._take_old(it, logp[b, :len(it.tokens)].detach().tolist())
         old = _pad([it.old_logprobs for it in chunk], logp.shape[1], logp)
         adv = torch.tensor([it.advantage for it in chunk], dtype=logp.dtype, device=logp.device)
         pg, clip_frac = L.ppo_clip_loss(logp, old, adv, mask, cfg.ppo_clip)
