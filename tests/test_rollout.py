@@ -524,7 +524,7 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
     assert params == [("fast", "True"), ("hf", None)]
 
 
-def _update_once(micro, tmp_path, reuse: bool):
+def _update_once(micro, tmp_path, reuse: bool, refused: bool = False):
     """One update of two groups (two minibatches) on fixed engine samples, from the same parameters:
     the items' old log-probs after the update and the trained parameters."""
     from omtr.rl.config import train_profile
@@ -547,9 +547,13 @@ def _update_once(micro, tmp_path, reuse: bool):
              for i, (p, g) in enumerate(zip(prompts, gens))]
     tr._recompute_old(items, [])
     pending = sum(it.old_pending for it in items)
+    if refused:  # a token whose replayed mask refused it: the policy's old log-prob is -inf
+        items[3].old_logprobs[0] = float("-inf")
     tr._advantages(items)
-    tr._update(items, [])
+    stats = tr._update(items, [])
     params = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+    if refused:
+        return params, stats
     return [list(it.old_logprobs) for it in items], params, pending, tr._engine_kl()
 
 
@@ -578,3 +582,19 @@ def test_first_minibatch_takes_its_old_logprobs_from_its_own_forward_pass(micro,
     assert moved  # the update trained something
     for n in params_sep:
         torch.testing.assert_close(params_re[n], params_sep[n], atol=1e-6, rtol=1e-5)
+
+
+def test_a_token_the_replay_refuses_is_left_out_of_the_loss(micro, tmp_path):
+    """An old log-prob of -inf (the policy's replayed masks refuse a token the engine sampled) is
+    left out of the PPO loss and counted, not turned into NaN parameters."""
+    start = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+    try:
+        params, stats = _update_once(micro, tmp_path, reuse=False, refused=True)
+    finally:
+        with torch.no_grad():
+            for n, p in micro.named_parameters():
+                if n in start:
+                    p.copy_(start[n])
+    assert all(torch.isfinite(p).all() for p in params.values())
+    assert any(not torch.equal(params[n], start[n]) for n in params)
+    assert 0 < stats["actor_unscorable_share"] < 1

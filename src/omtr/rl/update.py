@@ -281,11 +281,20 @@ class UpdateMixin:
             if it.old_pending:  # the parameters have not moved since the rollout: this pass is "old"
                 self._take_old(it, logp[b, :len(it.tokens)].detach().tolist())
         old = _pad([it.old_logprobs for it in chunk], logp.shape[1], logp)
+        # A token the policy's replayed masks refuse (-inf: the engine's scope rules and the replay's
+        # parted ways) has no ratio; it is left out of the loss rather than turning it into NaN.
+        scorable = torch.isfinite(logp.detach()) & torch.isfinite(old)
+        unscorable = mask & ~scorable
+        if bool(unscorable.any()):
+            mask = mask & scorable
+            logp = torch.where(scorable, logp, torch.zeros_like(logp))
+            old = torch.where(scorable, old, torch.zeros_like(old))
         adv = torch.tensor([it.advantage for it in chunk], dtype=logp.dtype, device=logp.device)
         pg, clip_frac = L.ppo_clip_loss(logp, old, adv, mask, cfg.ppo_clip)
         loss = pg
         st = {f"{role}_pg_loss": pg.item(), f"{role}_clip_frac": clip_frac.item(),
-              f"{role}_entropy": -L.seq_mean(logp.detach(), mask).item()}
+              f"{role}_entropy": -L.seq_mean(logp.detach(), mask).item(),
+              f"{role}_unscorable_share": float(unscorable.sum()) / max(1, int((mask | unscorable).sum()))}
         if all(it.ref_logprobs is not None for it in chunk):
             ref = _pad([it.ref_logprobs for it in chunk], logp.shape[1], logp)
             kl = L.seq_mean(L.kl_k3(logp, ref), mask)
