@@ -150,7 +150,6 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
             return self.stack[-1].words == 0
         return self.last == " " and k in (TYPES, PDECL, PARAMS, OBJECTS, ATOM, EQ, REQ, HEADER)
 
-
     def _heads(self, f: Frame) -> set[str]:
         """Words that may open this formula, exactly as the grammar places them, each with a
         literal left to write after it."""
@@ -174,8 +173,9 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
                     out.add("not")
         return out
 
-
     def _arg_candidates(self, f: Frame) -> list[str] | None:
+        """The words an atom's next argument may be (None: no predicate yet), each with a literal
+        left to write that the statement's facts allow."""
         if f.kind == EQ:
             return list(self._terms("pre"))
         if f.pred is None:
