@@ -376,3 +376,37 @@ def test_metrics_port_counts_requests_outcomes_and_planner_calls(logged, monkeyp
     answered = sum(v for (n, _), v in samples.items() if n == "omtr_serving_tasks_total")
     assert answered == 2
     assert samples[("omtr_serving_planner_calls_total", ())] <= 2  # budget 1 per task
+
+
+# ------------------------------------------------------------------------------- the support verdict
+
+
+def test_every_answer_carries_its_support_verdict_and_abstain_drops_an_unsupported_spec(served, monkeypatch):
+    """The response's ``support`` (documented in the signature) separates a planner success backed by
+    the English from one that is not: the same solved BlocksWorld spec is ``supported`` for a task
+    that names its blocks and ``unsupported`` for one that names none; ``abstain`` answers the second
+    with no spec. The real local planner verifies both."""
+    from omtr.inference.scripted import ScriptedPolicy
+
+    monkeypatch.delenv("OMTR_SOLVER_URL", raising=False)
+    out_names = served.metadata.get_output_schema().input_names()
+    assert {"support", "support_reasons", "domain_source"} <= set(out_names)
+    spec = f"```pddl\n{BW_DOMAIN}```\n```pddl\n{BW_PROBLEM}```"
+    named, unnamed = "Blocks a, b and c; c is on a. Stack a on b and b on c.", "Stack the crates into one pile."
+    py = served.unwrap_python_model()
+    old_model, old_env = py.model, py.env
+    try:
+        py.model, py.env = ScriptedPolicy({named: [spec], unnamed: [spec]}), None
+        status, out = _invoke_or_error(served, {"inputs": {"task": [named, unnamed]}})
+        assert status == 200, out
+        a, b = out["predictions"]
+        assert a["success"] and b["success"]
+        assert (a["support"], b["support"]) == ("supported", "unsupported")
+        assert any("never mentions" in r for r in b["support_reasons"]) and a["domain_source"] == "written"
+        status, out = _invoke_or_error(served, {"inputs": {"task": [named, unnamed]}, "params": {"abstain": True}})
+        assert status == 200, out
+        a, b = out["predictions"]
+        assert a["domain"] and a["problem"] and b["support"] == "unsupported"
+        assert b["domain"] == "" and b["problem"] == "" and b["plan"] == []
+    finally:
+        py.model, py.env = old_model, old_env

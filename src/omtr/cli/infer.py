@@ -30,7 +30,11 @@ if present, is dropped while reading. A record with "domain" (PDDL text; omtr ta
 writes only the problem, and the planner verifies the given domain with it; a given domain that
 does not lint stops the run before any model is loaded, naming the task. Each finished episode is appended to --out as one JSON line
 (id, success, planner_calls, final domain/problem/plan, and every step's text, spec, verdict, Judge
-score, token counts and times). A summary (solved, calls per task, categories) goes to stdout.
+score, token counts and times), with the answer's support verdict: "support" is supported,
+unsupported or trivial and "support_reasons" says why (an empty plan or a goal that already holds,
+broken mutex invariants, objects the English never mentions, names of objects in the domain's
+vocabulary; nothing read from a reference). A summary (solved, supported apart from solved, calls per
+task, categories) goes to stdout. --abstain answers no spec where the verdict is not supported.
 
 --select invariants spends the budget on Actor samples instead of Editor repairs: the greedy spec
 first, and while the answer is unsolved or its initial state breaks one of the domain's mutex
@@ -71,6 +75,9 @@ def register(sub) -> None:
     p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
                    help="greedy: the Actor's spec, then Editor repairs (default); invariants: Actor samples within "
                         "the budget, the answer the one solved with no broken mutex invariant")
+    p.add_argument("--abstain", action="store_true",
+                   help="answer no spec rather than one whose support verdict is unsupported or trivial (the trace "
+                        "keeps the steps and says abstained)")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="sampling seed under --select invariants (round r samples with N + r; default 0)")
     p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
@@ -173,7 +180,7 @@ def run(args) -> int:
         try:
             episodes = run_with_select(args.select, todo, policy, pool, config=EpisodeConfig(), budget=args.budget,
                                        sampling=sampling, batch_size=args.batch_size, judge=not args.no_judge,
-                                       on_episode=write)
+                                       on_episode=write, abstain=args.abstain)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
     bar.close()
@@ -191,6 +198,9 @@ def _print_summary(s: dict, out: str) -> None:
     later = "by a later sample" if sel else "after repair"
     print(f"tasks: {n}  solved: {s['solved']} ({pct})  by the Actor: {s['actor_solved']}  "
           f"{later}: {s['repaired']}")
+    # a planner success is not an answer by itself: the support verdict says which are backed by the English
+    print(f"supported: {s['supported']} of {s['solved']} solved  (trivial {s['solved_trivial']}, unsupported "
+          f"{s['solved_unsupported']})" + (f"  abstained: {s['abstained']}" if s.get("abstained") else ""))
     if sel:
         print(f"selection ({sel['mode']}): {sel['candidates_per_task']} candidates per task; greedy spec kept "
               f"{sel['greedy_kept']}; solved and unbroken {sel['accepted']}; chosen solved but broken "
