@@ -71,7 +71,16 @@ def mentioned(name: str, words: set[str], joined: set[str]) -> bool:
     if flat in words or flat in joined:
         return True
     parts = _ALPHA_PART.findall(n)
-    return bool(parts) and all(p in words for p in parts)
+    return bool(parts) and all(p in words or _compound(p, words) for p in parts)
+
+
+def _compound(part: str, words: set[str]) -> bool:
+    """Whether ``part`` is two or more of the English's words run together (``paristruck``: paris,
+    truck; ``airporta``: airport, a)."""
+    ok = [True] + [False] * len(part)
+    for j in range(1, len(part) + 1):
+        ok[j] = any(ok[i] and part[i:j] in words for i in range(max(0, j - 24), j) if (i, j) != (0, len(part)))
+    return ok[len(part)]
 
 
 def _runs(nl: str, span: int = 4) -> set[str]:
@@ -86,10 +95,12 @@ def _runs(nl: str, span: int = 4) -> set[str]:
     return out
 
 
-def unmentioned_objects(nl: str, objects: Sequence[str]) -> tuple[list[str], int]:
+def unmentioned_objects(nl: str, objects: Sequence[str], types: dict[str, str] | None = None) -> tuple[list[str], int]:
     """(the problem's objects the English never mentions, how many of the English's own names no
     object of the problem takes). The names are the statement's (:func:`omtr.statement.read_statement`,
-    PlanBench's layout or identifiers); free English gives none, so any unmentioned object counts."""
+    PlanBench's layout or identifiers); free English gives none, so any unmentioned object counts.
+    ``types`` (object -> its declared type): an object whose type the English names ("two grippers":
+    ``left - gripper``) is mentioned too."""
     from omtr.statement import TEMPLATE_WORDS, read_statement
 
     reading = read_statement(nl)
@@ -99,7 +110,9 @@ def unmentioned_objects(nl: str, objects: Sequence[str]) -> tuple[list[str], int
         words -= TEMPLATE_WORDS
         names = set(reading.norm_names)
     flat = {o: re.sub(r"[^a-z0-9]", "", o.lower()) for o in objects}
-    missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)]
+    typed = {o: t for o, t in (types or {}).items() if t and t != "object"}
+    missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)
+               and not (o in typed and mentioned(typed[o], words, joined))]
     unused = sum(1 for n in names if n not in set(flat.values()))
     return missing, unused
 
@@ -132,11 +145,12 @@ def goal_holds(init: Sequence, goal) -> bool | None:
 
 def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
             category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
-            judge_threshold: float | None = None) -> Support:
+            judge_threshold: float | None = None, context: str = "") -> Support:
     """The support verdict of one answer (module doc). ``solved``: the planner accepted the spec (a
     VAL-checked plan); ``plan``: that plan; ``category``: the verdict's category when it failed;
     ``domain_written``: the model wrote the domain (full mode; a given or library domain is not
-    checked for names)."""
+    checked for names). ``context``: more English that may mention objects, the description of a
+    library domain the task was matched to ("a robot with a left and a right gripper")."""
     if not solved:
         why = f"the planner did not accept the spec ({category})" if category else "the planner did not accept the spec"
         return Support(UNSUPPORTED, (why,))
@@ -164,7 +178,8 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
             shown = "; ".join(" and ".join("(" + " ".join(a) + ")" for a in atoms) for _, _, atoms in broken[:3])
             against.append(f"the initial state breaks {len(broken)} mutex invariant(s) of the domain: {shown}")
     if prob is not None:
-        missing, unused = unmentioned_objects(nl, list(prob.objects))
+        missing, unused = unmentioned_objects(f"{nl}\n{context}" if context else nl, list(prob.objects),
+                                              dict(prob.objects))
         if len(missing) > unused:
             against.append(f"{len(missing)} object(s) the English never mentions: {', '.join(missing[:5])}"
                            + (f" (only {unused} of its names are unused)" if unused else ""))

@@ -154,7 +154,8 @@ class Episode:
                 self.task.nl, f.domain if f else None, f.problem if f else None,
                 solved=bool(v and v.success), plan=(v.plan if v else None),
                 category=(v.category.value if v is not None and v.category else None),
-                domain_written=self.mode == "full", judge_score=self.judge_score)
+                domain_written=self.mode == "full", judge_score=self.judge_score,
+                context=str((self.task.meta or {}).get("domain_description") or ""))
         return self._support[1]
 
     @property

@@ -82,7 +82,8 @@ RUNTIME_PACKAGES = ("mlflow", "torch", "transformers", "peft", "accelerate", "sa
                     "prometheus-client")
 OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "support", "support_reasons", "domain_source",
                   "domain_reason", "judge_score", "planner_calls", "final_category", "repair_trace", "selection")
-REQUEST_PARAMS = ("budget", "max_new_tokens", "select", "abstain")  # what a request's params may set (falsy: the endpoint's)
+REQUEST_PARAMS = ("budget", "max_new_tokens", "select", "abstain")
+FLAG_PARAMS = ("library",)  # booleans a request may turn off as well as on  # what a request's params may set (falsy: the endpoint's)
 EXAMPLE_TOKENS = 16  # the input example's answer length: MLflow runs it once when the model is logged
 EXAMPLE_TASK = ("There are two blocks, a and b, both on the table. Stack block a on top of block b.")
 
@@ -108,6 +109,9 @@ class ServingLimits:
     select: str = "greedy"
     # answer no spec (domain, problem and plan empty) where the support verdict is not `supported`
     abstain: bool = False
+    # a task without a domain is matched against the shipped domain library (omtr.tasks.library) and
+    # runs domain-given when one fits; a request turns it off with params {"library": false}
+    library: bool = True
 
     def __post_init__(self) -> None:
         from omtr.inference.select import check_select
@@ -417,7 +421,8 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         if params:
             try:
                 limits = ServingLimits.from_dict({**asdict(self.limits), **{
-                    k: _plain_value(v) for k, v in params.items() if k in REQUEST_PARAMS and _plain_value(v)}})
+                    k: _plain_value(v) for k, v in params.items() if k in REQUEST_PARAMS and _plain_value(v)}, **{
+                    k: bool(_plain_value(v)) for k, v in params.items() if k in FLAG_PARAMS and _plain_value(v) is not None}})
             except (TypeError, ValueError) as exc:
                 raise _bad(f"bad params: {exc}") from None
             if limits.budget > self.limits.budget:
@@ -433,6 +438,9 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         if self.env is None:  # after the request's checks: a bad request starts no local pool
             self.env = _Env(self.limits)
         tasks = [TrainingTask(f"request-{i}", fam, None, nl, domain=dom) for i, (nl, fam, dom) in enumerate(items)]
+        from omtr.tasks.library import attach, shipped_library
+
+        tasks = attach(tasks, shipped_library() if limits.library else None)  # domain_source: given | library:NAME | written
         sampling = Sampling(greedy=True, max_new_tokens=limits.max_new_tokens) if limits.max_new_tokens \
             else Sampling(greedy=True)
         try:
@@ -469,7 +477,8 @@ def signature():
     task's given domain, PDDL text); output: one row per task (see :data:`OUTPUT_COLUMNS`;
     ``judge_score`` may be null); params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a
     budget may not exceed it), ``select`` (``greedy`` or ``invariants``; "": the endpoint's own) and
-    ``abstain`` (true: an answer whose ``support`` is not ``supported`` comes back without a spec).
+    ``abstain`` (true: an answer whose ``support`` is not ``supported`` comes back without a spec) and
+    ``library`` (false: a task without a domain is not matched against the domain library).
     ``success`` is the planner's acceptance alone; ``support`` (``supported``, ``unsupported`` or
     ``trivial``) with ``support_reasons`` says whether the task's English backs the spec."""
     from mlflow.models.signature import ModelSignature
@@ -493,7 +502,8 @@ def signature():
     ])
     params = ParamSchema([ParamSpec("budget", "long", 0), ParamSpec("max_new_tokens", "long", 0),  # 0: the endpoint's
                           ParamSpec("select", "string", ""),  # "": the endpoint's
-                          ParamSpec("abstain", "boolean", False)])  # true: no spec unless supported
+                          ParamSpec("abstain", "boolean", False),  # true: no spec unless supported
+                          ParamSpec("library", "boolean", True)])  # false: the model writes every missing domain
     return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
 
