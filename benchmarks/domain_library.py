@@ -83,6 +83,8 @@ def faithful(args) -> dict:
     out = {}
     with tempfile.TemporaryDirectory(prefix="omtr-domain-library-") as tmp:
         for cond, ts in (("library", with_lib), ("no_library", tasks)):
+            if cond not in args.conditions.split(","):
+                continue
             f = Path(tmp) / f"{cond}.jsonl"
             _write(f, ts)
             t0 = time.perf_counter()
@@ -112,6 +114,9 @@ def faithful(args) -> dict:
                 out[cond]["readme_example"] = {k: readme.get(k) for k in (
                     "success", "support", "support_reasons", "plan", "domain", "problem")} | {
                     "faithful": bool((readme.get("faithful") or {}).get("faithful"))}
+            if args.out:  # each condition as it finishes: a long full-mode run keeps what is done
+                partial = Path(args.out).with_suffix(".partial.json")
+                partial.write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 
@@ -125,6 +130,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N hand-written tasks")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--conditions", default="library,no_library", help="which of library, no_library to run")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     t0 = time.perf_counter()
