@@ -45,6 +45,11 @@ def test_oracle_writes_metrics_traces_figures_and_report(task_file, tmp_path, ca
         assert (out / name).is_file(), name
     printed = capsys.readouterr().out
     assert "success: 100.0%  faithful: 100.0%  drift: 0.0%  calls: 1.0" in printed
+    # every trace carries the support verdict; the references the oracle answers with are supported
+    traces = [json.loads(x) for x in (out / "traces.jsonl").read_text().splitlines()]
+    assert {t["support"] for t in traces} == {"supported"} and all(t["support_reasons"] for t in traces)
+    assert m["supported"] == 1.0 and m["support"] == {"supported": 5}
+    assert "supported: 100.0% (solved but trivial 0, solved but unsupported 0)" in printed
     assert "Planetarium view: parseable 100.0%  solvable 100.0%  equivalent 100.0%" in printed
     assert "identical to reference: 5" in printed
     # each section is titled by what it shows; the paper's counterpart in brackets is the right one

@@ -112,7 +112,27 @@ def test_gripper_invariants_catch_a_ball_in_two_places():
     t = generate("gripper", 1, 9301, split="test", min_objects=2, max_objects=2, verify=False)[0]
     d, p = t.reference.domain, t.reference.problem
     assert S.broken_invariants(d, p) == 0
-    assert S.broken_invariants(d, _with_init(p, "(at-robby room9) (at ball1 room9)")) >= 2
+    assert S.broken_invariants(d, _with_init(p, "(at ball1 room9)")) == 1  # ball1 in two rooms
+    # the robot in two rooms: {at-robby ?r} has no parameter and no nullary atom, so the domain alone
+    # cannot tell it from Depots' {clear ?x} (many clear surfaces); it is not counted
+    assert S.broken_invariants(d, _with_init(p, "(at-robby room9)")) == 0
+
+
+def test_an_unparameterised_group_without_a_flag_is_no_mutex():
+    """Depots: Fast Downward balances {clear ?x} over all surfaces; a sound state has one clear
+    surface per stack, so the group must not call PlanBench's Depots references broken."""
+    from omtr.tasks.planbench import import_planbench
+    from omtr.tasks.planbench_data import shipped_root
+
+    depots = import_planbench(shipped_root(), ["depots"])[:20]
+    invs = S.domain_invariants(depots[0].reference.domain)
+    assert any(not S.counts_in_a_sound_state(parts) for parts in invs)  # the clear group is there, skipped
+    assert all(S.broken_invariants(t.reference.domain, t.reference.problem) == 0 for t in depots)
+    # ...while a real contradiction still counts: a crate on a pallet and held by a hoist at once
+    t = depots[0]
+    crate = sorted(o for o in re.findall(r"\bcrate\d+\b", t.reference.problem))[0]
+    held = _with_init(t.reference.problem, f"(lifting hoist0 {crate})")
+    assert S.broken_invariants(t.reference.domain, held) >= 1
 
 
 # ----------------------------------------------------------------------------- reviewer

@@ -101,3 +101,38 @@ def test_help_has_examples(capsys):
         main(["infer", "--help"])
     text = capsys.readouterr().out
     assert "examples:" in text and "--model scripted:" in text
+
+
+TRIVIAL = BW_DOMAIN + "\n" + BW_PROBLEM.replace("(:goal (and (on a b) (on b c)))", "(:goal (and (on c a)))")
+
+
+def test_every_trace_says_its_support_and_abstain_answers_no_spec(tmp_path, capsys):
+    """A solved spec of the stated blocks is supported; a solved spec for English that names none of
+    its objects is unsupported; a spec whose goal already holds is trivial (the planner's empty plan).
+    The summary counts supported apart from solved; --abstain drops the spec of the last two."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "s1", "nl": "Blocks a, b and c: c is on a. Stack a on b and b on c."},
+        {"id": "s2", "nl": "Put the crates in one pile."},
+        {"id": "s3", "nl": "Blocks a, b and c: c is on a. Leave c on a."})))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": i, "texts": [t]}) + "\n"
+                               for i, t in (("s1", GOOD), ("s2", GOOD), ("s3", TRIVIAL))))
+    out = tmp_path / "traces.jsonl"
+    assert _infer(tasks, answers, out, "--budget", "1") == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert all(r["success"] for r in rows.values())
+    assert {i: r["support"] for i, r in rows.items()} == {"s1": "supported", "s2": "unsupported", "s3": "trivial"}
+    assert "never mentions" in rows["s2"]["support_reasons"][0] and "empty" in rows["s3"]["support_reasons"][0]
+    assert {r["domain_source"] for r in rows.values()} == {"written"}
+    text = capsys.readouterr().out
+    assert "solved: 3 (100.0%)" in text and "supported: 1 of 3 solved  (trivial 1, unsupported 1)" in text
+
+    out2 = tmp_path / "abstain.jsonl"
+    assert _infer(tasks, answers, out2, "--budget", "1", "--abstain") == 0
+    rows = {r["id"]: r for r in map(json.loads, out2.read_text().splitlines())}
+    assert rows["s1"]["domain"] and not rows["s1"].get("abstained")
+    for i in ("s2", "s3"):
+        assert rows[i]["abstained"] and rows[i]["domain"] is None and rows[i]["problem"] is None and rows[i]["plan"] == []
+        assert rows[i]["steps"][0]["domain"]  # what was tried stays in the steps
+    assert "abstained: 2" in capsys.readouterr().out

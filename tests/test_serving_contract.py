@@ -376,3 +376,69 @@ def test_metrics_port_counts_requests_outcomes_and_planner_calls(logged, monkeyp
     answered = sum(v for (n, _), v in samples.items() if n == "omtr_serving_tasks_total")
     assert answered == 2
     assert samples[("omtr_serving_planner_calls_total", ())] <= 2  # budget 1 per task
+
+
+# ------------------------------------------------------------------------------- the support verdict
+
+
+def test_every_answer_carries_its_support_verdict_and_abstain_drops_an_unsupported_spec(served, monkeypatch):
+    """The response's ``support`` (documented in the signature) separates a planner success backed by
+    the English from one that is not: the same solved BlocksWorld spec is ``supported`` for a task
+    that names its blocks and ``unsupported`` for one that names none; ``abstain`` answers the second
+    with no spec. The real local planner verifies both."""
+    from omtr.inference.scripted import ScriptedPolicy
+
+    monkeypatch.delenv("OMTR_SOLVER_URL", raising=False)
+    out_names = served.metadata.get_output_schema().input_names()
+    assert {"support", "support_reasons", "domain_source"} <= set(out_names)
+    spec = f"```pddl\n{BW_DOMAIN}```\n```pddl\n{BW_PROBLEM}```"
+    named, unnamed = "Blocks a, b and c; c is on a. Stack a on b and b on c.", "Stack the crates into one pile."
+    py = served.unwrap_python_model()
+    old_model, old_env = py.model, py.env
+    try:
+        py.model, py.env = ScriptedPolicy({named: [spec], unnamed: [spec]}), None
+        off = {"library": False}  # the scripted answers are full specs: no library domain
+        status, out = _invoke_or_error(served, {"inputs": {"task": [named, unnamed]}, "params": off})
+        assert status == 200, out
+        a, b = out["predictions"]
+        assert a["success"] and b["success"]
+        assert (a["support"], b["support"]) == ("supported", "unsupported")
+        assert any("never mentions" in r for r in b["support_reasons"]) and a["domain_source"] == "written"
+        status, out = _invoke_or_error(served, {"inputs": {"task": [named, unnamed]}, "params": {"abstain": True, **off}})
+        assert status == 200, out
+        a, b = out["predictions"]
+        assert a["domain"] and a["problem"] and b["support"] == "unsupported"
+        assert b["domain"] == "" and b["problem"] == "" and b["plan"] == []
+    finally:
+        py.model, py.env = old_model, old_env
+
+
+def test_free_english_runs_against_the_library_domain_unless_the_request_turns_it_off(served, monkeypatch):
+    """A BlocksWorld task without a domain is matched to the library's BlocksWorld: the model is
+    handed that domain (the domain-given mode) and the answer says ``library:blocksworld``; with
+    ``library`` false the same task runs in the full mode (``written``); English that fits no domain
+    says why it was written."""
+    from omtr.inference.scripted import ScriptedPolicy
+    from omtr.tasks.library import shipped_library
+
+    monkeypatch.delenv("OMTR_SOLVER_URL", raising=False)
+    nl = "There are two blocks, a and b, on the table. Put a on b."
+    problem = ("(define (problem p) (:domain blocksworld-4ops) (:objects a b) (:init (handempty) (ontable a) "
+               "(ontable b) (clear a) (clear b)) (:goal (and (on a b))))")
+    other = "Water the three plants on the balcony every morning."
+    py = served.unwrap_python_model()
+    old_model, old_env = py.model, py.env
+    try:
+        py.model, py.env = ScriptedPolicy({nl: [f"```pddl\n{problem}\n```"], other: ["no idea"]}), None
+        status, out = _invoke_or_error(served, {"inputs": {"task": [nl, other]}})
+        assert status == 200, out
+        a, b = out["predictions"]
+        assert a["domain_source"] == "library:blocksworld" and "matches" in a["domain_reason"]
+        assert a["domain"].strip() == shipped_library().domains["blocksworld"].domain.strip()
+        assert a["success"] and a["support"] == "supported" and a["plan"] == ["(pick-up a)", "(stack a b)"]
+        assert b["domain_source"] == "written" and "no library domain fits" in b["domain_reason"]
+        status, out = _invoke_or_error(served, {"inputs": {"task": [nl]}, "params": {"library": False}})
+        assert status == 200 and out["predictions"][0]["domain_source"] == "written"
+        assert "library is off" in out["predictions"][0]["domain_reason"]
+    finally:
+        py.model, py.env = old_model, old_env

@@ -293,3 +293,18 @@ def test_cli_and_package_start_without_pandas_or_great_expectations():
     help_text = subprocess.run([sys.executable, "-m", "omtr", "validate-episodes", "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert "examples:" in help_text and "Exit status" in help_text
+
+
+# ------------------------------------------------------------------------------ the support verdict
+
+
+def test_every_row_carries_its_episodes_support_verdict(rows, episodes, log):
+    """The episode's answer's support verdict (omtr.faithfulness.support) on each of its rows: the
+    failed episode is unsupported; the suite names a row whose verdict is not one of the three."""
+    by_ep = {r["episode"]: r["support"] for r in rows}
+    assert by_ep == {n: e.support.verdict for n, e in enumerate(episodes)}
+    assert by_ep[2] == "unsupported" and set(by_ep.values()) <= {"supported", "unsupported", "trivial"}
+    assert not validate_episode_log(log).failures
+    i = _row(log, 0, "actor", 0)
+    log.loc[i, "support"] = "success"
+    assert _failed(validate_episode_log(log)) == {"support is one of supported, unsupported, trivial": [i]}

@@ -273,6 +273,10 @@ def _print(m: dict, out: str) -> None:
     print(f"policy: {m['policy']}  tasks: {m['tasks']}  budget: {m['budget']}" + (f"  mode: {modes}" if modes else ""))
     print(f"success: {pct(m['success'])}  faithful: {pct(m['faithful'])}  drift: {pct(m['drift'])}  "
           f"calls: {m['calls'] if m['calls'] is not None else '-'}")
+    if m.get("supported") is not None:  # a planner success is not an answer by itself
+        sup = m.get("support") or {}
+        print(f"supported: {pct(m['supported'])} (solved but trivial {sup.get('trivial', 0)}, "
+              f"solved but unsupported {sup.get('unsupported', 0)})")
     for f, b in (m.get("families") or {}).items():
         print(f"  {f}: {b['tasks']} tasks, success {pct(b['success']['value'])}, faithful "
               f"{pct(b['faithful']['value'])}, drift {pct(b['drift']['value'])}, calls {b['calls']['value']}")

@@ -21,6 +21,7 @@ EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jso
   omtr infer --model small --tasks bw.jsonl --decoding plain --out traces.jsonl   # the grammar without scope rules
   omtr infer --model small --tasks bw.jsonl --engine hf --out traces.jsonl        # the reference engine (CPU default: fast)
   omtr infer --model small --tasks g.jsonl --budget 4 --select invariants --out traces.jsonl  # choose among samples
+  omtr infer --model small --tasks mine.jsonl --domains my_domains/ --abstain --out traces.jsonl  # my domains; no unsupported specs
 
 --model is a model directory (omtr model init), a profile (small, micro, paper), or
 scripted:ANSWERS.jsonl, which replays fixed answers: one {"id": ..., "texts": ["<Actor's answer>",
@@ -30,7 +31,17 @@ if present, is dropped while reading. A record with "domain" (PDDL text; omtr ta
 writes only the problem, and the planner verifies the given domain with it; a given domain that
 does not lint stops the run before any model is loaded, naming the task. Each finished episode is appended to --out as one JSON line
 (id, success, planner_calls, final domain/problem/plan, and every step's text, spec, verdict, Judge
-score, token counts and times). A summary (solved, calls per task, categories) goes to stdout.
+score, token counts and times), with the answer's support verdict: "support" is supported,
+unsupported or trivial and "support_reasons" says why (an empty plan or a goal that already holds,
+broken mutex invariants, objects the English never mentions, names of objects in the domain's
+vocabulary; nothing read from a reference). A summary (solved, supported apart from solved, calls per
+task, categories) goes to stdout. --abstain answers no spec where the verdict is not supported.
+
+A task without a domain is matched against the domain library (PlanBench's BlocksWorld, Mystery
+BlocksWorld, Logistics and Depots, the generators' Gripper, and --domains): when one domain fits its
+English it runs domain-given with that domain, where the small model is faithful far more often; when
+none fits, or two fit about equally, the model writes the domain. Each trace says which
+("domain_source": given, library:NAME or written) and why ("domain_reason"). --library off turns it off.
 
 --select invariants spends the budget on Actor samples instead of Editor repairs: the greedy spec
 first, and while the answer is unsolved or its initial state breaks one of the domain's mutex
@@ -71,6 +82,15 @@ def register(sub) -> None:
     p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
                    help="greedy: the Actor's spec, then Editor repairs (default); invariants: Actor samples within "
                         "the budget, the answer the one solved with no broken mutex invariant")
+    p.add_argument("--abstain", action="store_true",
+                   help="answer no spec rather than one whose support verdict is unsupported or trivial (the trace "
+                        "keeps the steps and says abstained)")
+    p.add_argument("--library", choices=("auto", "on", "off"), default="auto",
+                   help="match a task without a domain against the domain library and run it domain-given when one "
+                        "fits (on); off: the model writes every domain; auto (default): on, except for scripted: replays")
+    p.add_argument("--domains", metavar="DIR|URI", default=None,
+                   help="more library domains: a folder of NAME.pddl files, each with NAME.txt (a short English "
+                        "description) beside it, or an MLflow artifact URI of such a folder (runs:/..., models:/...)")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="sampling seed under --select invariants (round r samples with N + r; default 0)")
     p.add_argument("--decoding", choices=("scoped", "plain", "off"), default=None,
@@ -129,6 +149,7 @@ def run(args) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"--tasks {args.tasks}: cannot read ({exc})") from None
     chosen = tasks[: args.limit] if args.limit is not None else tasks
+    chosen = _with_library(chosen, args)
     done = finished_ids(args.out) if args.resume and os.path.exists(args.out) else set()
     todo = [t for t in chosen if t.id not in done]
     try:
@@ -173,7 +194,7 @@ def run(args) -> int:
         try:
             episodes = run_with_select(args.select, todo, policy, pool, config=EpisodeConfig(), budget=args.budget,
                                        sampling=sampling, batch_size=args.batch_size, judge=not args.no_judge,
-                                       on_episode=write)
+                                       on_episode=write, abstain=args.abstain)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
     bar.close()
@@ -184,6 +205,31 @@ def run(args) -> int:
     return 0
 
 
+def _with_library(tasks, args):
+    """The tasks with their domains' sources: matched against the library (shipped domains and
+    ``--domains``) unless it is off."""
+    from omtr.tasks.library import attach, load_folder, shipped_library
+    from omtr.tasks.training import TaskFormatError
+
+    on = args.library == "on" or (args.library == "auto" and not args.model.startswith("scripted:"))
+    if not on:
+        if args.domains:
+            raise CliError("--domains adds to the domain library; it needs --library on (or auto with a model)")
+        return attach(tasks, None)
+    lib = shipped_library()
+    if args.domains:
+        folder = args.domains
+        if "://" in folder or folder.startswith(("runs:/", "models:/")):
+            import mlflow
+
+            folder = mlflow.artifacts.download_artifacts(folder)
+        try:
+            lib = lib.with_domains(load_folder(folder))
+        except TaskFormatError as exc:
+            raise CliError(f"--domains: {exc}") from None
+    return attach(tasks, lib)
+
+
 def _print_summary(s: dict, out: str) -> None:
     n = s["tasks"]
     pct = f"{100 * s['solve_rate']:.1f}%" if n else "-"
@@ -191,12 +237,17 @@ def _print_summary(s: dict, out: str) -> None:
     later = "by a later sample" if sel else "after repair"
     print(f"tasks: {n}  solved: {s['solved']} ({pct})  by the Actor: {s['actor_solved']}  "
           f"{later}: {s['repaired']}")
+    # a planner success is not an answer by itself: the support verdict says which are backed by the English
+    print(f"supported: {s['supported']} of {s['solved']} solved  (trivial {s['solved_trivial']}, unsupported "
+          f"{s['solved_unsupported']})" + (f"  abstained: {s['abstained']}" if s.get("abstained") else ""))
     if sel:
         print(f"selection ({sel['mode']}): {sel['candidates_per_task']} candidates per task; greedy spec kept "
               f"{sel['greedy_kept']}; solved and unbroken {sel['accepted']}; chosen solved but broken "
               f"{sel['chosen_solved_broken']}")
     if s.get("modes"):
         print("mode: " + ", ".join(f"{k} {v}" for k, v in s["modes"].items()))
+    if s.get("domain_sources"):
+        print("domain: " + ", ".join(f"{k} {v}" for k, v in s["domain_sources"].items()))
     print(f"planner calls: {s['planner_calls']}  per task: {s['calls_per_task']}  "
           f"per solved task: {s['calls_per_solved_task'] if s['calls_per_solved_task'] is not None else '-'}")
     for key, label in (("first_categories", "Actor's specs"), ("final_categories", "final specs")):

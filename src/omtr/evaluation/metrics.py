@@ -143,6 +143,12 @@ def planning_block(recs: Sequence[dict], *, bootstrap: int = 1000, seed: int = 0
     block["calls"] = {"value": _r(sum(calls) / n) if n else None, "n": n,
                       "ci": _mean_ci(bs, calls), "total": sum(calls)}
     block["actor_success"] = bs.rate([bool(r.get("actor_success")) for r in recs])
+    # planner successes apart from supported ones (omtr.faithfulness.support): a trivial or unsupported
+    # success is counted as what it is, never folded into "success" silently
+    block["supported"] = bs.rate([bool(r.get("success")) and r.get("support") == "supported" for r in recs])
+    block["support"] = dict(Counter(r.get("support") or "unknown" for r in recs if r.get("success")).most_common())
+    block["domain_sources"] = dict(Counter(str(r.get("domain_source") or "written").split(":")[0]
+                                           for r in recs).most_common())
     # which decoding rules the episodes ran under (omtr.model.scope_check.rules_label), counted
     block["rules"] = dict(Counter(r.get("rules") or "off" for r in recs).most_common())
 
@@ -374,6 +380,9 @@ def compute_metrics(records: Iterable[dict], *, bootstrap: int = 1000, seed: int
     out["faithful"] = overall["faithful"]["value"] if overall else None
     out["drift"] = overall["drift"]["value"] if overall else None
     out["calls"] = overall["calls"]["value"] if overall else None
+    # solved *and* supported (omtr.faithfulness.support), apart from the planner's success
+    out["supported"] = overall["supported"]["value"] if overall else None
+    out["support"] = overall["support"] if overall else {}
     out["policy"], out["budget"], out["tasks"] = policy, budget, len(records)
     fams: dict[str, list[dict]] = {}
     for r in planning:

@@ -149,14 +149,32 @@ def domain_invariants(domain: str) -> tuple:
     return hit
 
 
+def counts_in_a_sound_state(parts: Sequence) -> bool:
+    """Whether an invariant's "at most one" is a property of every sound state of the domain.
+
+    Fast Downward's synthesis proves *balance* (no action raises a group's count), not "at most one":
+    its own ``useful_groups`` drops a group that the initial state overcrowds. A group with a
+    parameter (per block x: clear x, holding x, on ? x) or with a nullary atom (the hand: handempty,
+    holding ?) is tied to one thing, so two true atoms are a contradiction. An invariant without
+    parameters and without a nullary atom ranges over all objects of its predicates (Depots'
+    ``clear ?x``: as many clear surfaces as there are stacks), so the domain alone cannot say that more
+    than one atom is wrong; it is not used (it would call every Depots task unsupported)."""
+    if any(not pargs for _, pargs, _ in parts):
+        return True
+    return any(v != -1 for _, pargs, _ in parts for v in pargs)
+
+
 def violated_groups(invariants: Sequence, init: Sequence[Sequence[str]]) -> list[tuple[int, tuple, list[tuple]]]:
     """The mutex groups with more than one true atom in ``init`` (atoms as ``(pred, arg, ...)``):
     ``(invariant index, the group's parameters, its true atoms)`` each. A group is an invariant with
     its parameters bound (``{clear x, holding x, on ? x}`` for one block x), as Fast Downward's
-    ``useful_groups`` forms them from the initial state; duplicate atoms count once."""
+    ``useful_groups`` forms them from the initial state; duplicate atoms count once. Invariants that a
+    sound state may overcrowd (:func:`counts_in_a_sound_state`) are skipped."""
     atoms = sorted({tuple(str(x).lower() for x in a) for a in init if len(a) >= 1})
     out = []
     for k, parts in enumerate(invariants):
+        if not counts_in_a_sound_state(parts):
+            continue
         groups: dict[tuple, list[tuple]] = {}
         for atom in atoms:
             pred, args = atom[0], atom[1:]
@@ -309,6 +327,6 @@ def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[flo
     return w
 
 
-__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "clusters", "domain_invariants", "equivalence_matrix",
+__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "clusters", "counts_in_a_sound_state", "domain_invariants", "equivalence_matrix",
            "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
            "statement_of", "violated_groups"]

@@ -93,6 +93,8 @@ class Episode:
     wall_ms: float = 0.0
     rules: str = ""  # the decoding rules its answers ran under (omtr.model.scope_check.rules_label)
     reading: str = ""  # what the statement's reading made of the English, and why a rule stood aside
+    abstain: bool = False  # answer no spec rather than one whose support verdict is not `supported`
+    _support: object = field(default=None, repr=False, compare=False)
 
     @property
     def done(self) -> bool:
@@ -128,10 +130,46 @@ class Episode:
     def final(self) -> Step | None:
         return self.steps[-1] if self.steps else None
 
+    @property
+    def domain_source(self) -> str:
+        """Where the answer's domain came from: ``given`` (with the task), ``library:NAME`` (matched
+        from the domain library, :mod:`omtr.tasks.library`) or ``written`` (by the model)."""
+        src = (self.task.meta or {}).get("domain_source")
+        return str(src) if src else ("given" if self.task.domain else "written")
+
+    @property
+    def domain_reason(self) -> str:
+        return str((self.task.meta or {}).get("domain_reason") or "")
+
+    @property
+    def support(self):
+        """The final answer's support verdict (:func:`omtr.faithfulness.support.support`: supported,
+        unsupported or trivial, with reasons), read from the English and the spec alone."""
+        f = self.final
+        if self._support is None or self._support[0] is not f:
+            from omtr.faithfulness.support import support
+
+            v = f.verdict if f is not None else None
+            self._support = f, support(
+                self.task.nl, f.domain if f else None, f.problem if f else None,
+                solved=bool(v and v.success), plan=(v.plan if v else None),
+                category=(v.category.value if v is not None and v.category else None),
+                domain_written=self.mode == "full", judge_score=self.judge_score,
+                context=str((self.task.meta or {}).get("domain_description") or ""))
+        return self._support[1]
+
+    @property
+    def abstained(self) -> bool:
+        """Asked to abstain (``abstain``) and the answer is not supported: no spec is answered."""
+        return self.abstain and bool(self.steps) and self.support.verdict != "supported"
+
     def to_json(self, *, tokens: bool = False) -> dict:
         final = self.final
-        return {
+        sup = self.support if self.steps else None
+        out = {
             "id": self.task.id, "family": self.task.family, "mode": self.mode, "success": self.success,
+            "support": sup.verdict if sup else None, "support_reasons": list(sup.reasons) if sup else [],
+            "domain_source": self.domain_source, "domain_reason": self.domain_reason,
             "actor_success": self.actor_success, "planner_calls": self.planner_calls,
             "repairs": self.repairs, "budget": self.budget, "judge_score": self.judge_score,
             "final_category": final.verdict.category.value if final and final.verdict.category else None,
@@ -140,6 +178,9 @@ class Episode:
             "reading": self.reading,
             "steps": [s.to_json(tokens=tokens) for s in self.steps],
         }
+        if self.abstained:  # no spec rather than an unsupported or trivial one; the steps keep what was tried
+            out.update(domain=None, problem=None, plan=[], abstained=True)
+        return out
 
 
 def decoding_rules(policy, reading) -> str:
@@ -175,8 +216,13 @@ def run_episodes(
     batch_size: int | None = None,
     judge: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
+    abstain: bool = False,
 ) -> list[Episode]:
     """Run one episode per task; returns them in task order.
+
+    ``abstain``: an episode whose final answer is not ``supported`` (:attr:`Episode.support`) answers
+    no spec (its JSON's ``domain``, ``problem`` and ``plan`` are empty, ``abstained`` true; the steps
+    keep what was tried).
 
     ``budget`` is K, the most calls of E per episode (default ``config.planner_call_budget``, the
     paper's 6: the Actor plus at most ``H_max = 5`` Editor repairs). ``batch_size`` caps how many
@@ -190,7 +236,7 @@ def run_episodes(
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     sampling = sampling or Sampling()
-    episodes = [Episode(_training_view(t), budget) for t in tasks]
+    episodes = [Episode(_training_view(t), budget, abstain=abstain) for t in tasks]
     for ep in episodes:
         reading = read_statement(ep.task.nl)
         ep.rules, ep.reading = decoding_rules(policy, reading), reading.why
@@ -353,10 +399,17 @@ def summarize(episodes: Sequence[Episode]) -> dict:
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
     scores = [e.judge_score for e in episodes if e.judge_score is not None]
+    support = _count(e.support.verdict for e in episodes if e.steps and e.success)
     return {
         "tasks": n,
         "solved": solved,
         "solve_rate": round(solved / n, 4) if n else 0.0,
+        # planner successes apart from supported ones: a trivial or unsupported success is no answer
+        "supported": support.get("supported", 0),
+        "solved_trivial": support.get("trivial", 0),
+        "solved_unsupported": support.get("unsupported", 0),
+        "abstained": sum(e.abstained for e in episodes),
+        "domain_sources": _count(e.domain_source.split(":")[0] for e in episodes),
         "actor_solved": sum(e.actor_success for e in episodes),
         "repaired": sum(e.success and not e.actor_success for e in episodes),
         "planner_calls": sum(calls),

@@ -268,19 +268,30 @@ def _decide(ep: SelectedEpisode, assessed: list[_Assessed], drawn: list[str], ag
 
 def run_with_select(select: str, tasks: Iterable, policy: Policy, env: Environment, *, budget: int | None = None,
                     sampling: Sampling | None = None, batch_size: int | None = None, judge: bool = True,
-                    on_episode: Callable[[Episode], None] | None = None, config=None) -> list[Episode]:
+                    on_episode: Callable[[Episode], None] | None = None, config=None,
+                    abstain: bool = False) -> list[Episode]:
     """The episode loop under ``select``: ``greedy`` is :func:`run_episodes` unchanged (Editor repairs
-    included); ``invariants`` is :func:`run_selected` (no Editor) at the same budget."""
+    included); ``invariants`` is :func:`run_selected` (no Editor) at the same budget. ``abstain``: an
+    answer that is not ``supported`` is answered as no spec (:attr:`Episode.abstained`)."""
     check_select(select)
     if select == GREEDY:
         return run_episodes(tasks, policy, env, config=config, budget=budget, sampling=sampling,
-                            batch_size=batch_size, judge=judge, on_episode=on_episode)
+                            batch_size=batch_size, judge=judge, on_episode=on_episode, abstain=abstain)
     if budget is None:
         from omtr.config import EpisodeConfig
 
         budget = (config or EpisodeConfig()).planner_call_budget
-    return run_selected(tasks, policy, env, budget=budget, sampling=sampling, batch_size=batch_size, judge=judge,
-                        on_episode=on_episode)
+
+    def decided(ep: Episode) -> None:
+        ep.abstain = abstain
+        if on_episode is not None:
+            on_episode(ep)
+
+    episodes = run_selected(tasks, policy, env, budget=budget, sampling=sampling, batch_size=batch_size,
+                            judge=judge, on_episode=decided)
+    for ep in episodes:
+        ep.abstain = abstain
+    return episodes
 
 
 def selection_summary(records: Sequence[dict]) -> dict | None:

@@ -36,7 +36,8 @@ SPLITS = ("train", "val", "test")
 # Keys of ``meta`` a training task may keep: scalars that say nothing about the reference spec
 # beyond its size. Anything else (gold plans, reference plans, answers, PDDL) stays evaluation-only.
 TRAINING_META_KEYS = frozenset(
-    {"n_objects", "size", "plan_length", "seed", "source", "generator", "difficulty", "hops", "variant"}
+    {"n_objects", "size", "plan_length", "seed", "source", "generator", "difficulty", "hops", "variant",
+     "domain_source", "domain_reason", "domain_description"}  # where a domain-given task's domain came from (omtr.tasks.library)
 )
 
 # Top-level keys of a task record; anything else in a file is an error (catches typos early).

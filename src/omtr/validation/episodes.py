@@ -12,7 +12,9 @@ it only after :func:`validate_episode_log` passed. A log has exactly the columns
 
 The suite checks: the columns and their types; no nulls outside ``category``, ``judge_score``,
 ``reward`` and ``advantage``; the value sets of ``role``, ``mode`` (``full`` or ``domain-given``:
-whether the model wrote the domain too or was given it) and ``category``; ranges (``judge_score``
+whether the model wrote the domain too or was given it), ``support`` (the episode's answer's support
+verdict, :mod:`omtr.faithfulness.support`: ``supported``, ``unsupported`` or ``trivial``) and
+``category``; ranges (``judge_score``
 in [0, 1], ``step`` in [0, 5], counts and times not negative); (episode, role, step) unique within
 a (run, cycle); ``solver_success`` exactly when ``category`` is null; and steps without gaps: the
 steps of each (run, cycle, episode, role) are consecutive from the role's first step (0 for the
@@ -62,11 +64,14 @@ EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType({
     "reward": "float64",       # filled by the trainer; null until then
     "advantage": "float64",    # filled by the trainer; null until then
     "wall_ms": "float64",      # the step's wall time (its batch's generation + planning, or the Judge's)
+    "support": "str",          # the episode's answer's support verdict: supported | unsupported | trivial
 })
 NULLABLE = frozenset({"category", "judge_score", "reward", "advantage"})
 ROLES = ("actor", "editor", "judge")
 MODES = ("full", "domain-given")  # omtr.tasks.records.MODES (kept here: the suite reads no task code)
 # omtr.model.scope_check.rules_label's values (kept here: the suite reads no model code)
+# omtr.faithfulness.support.SUPPORT_VALUES (kept here: the suite reads no checker code)
+SUPPORT_VALUES = ("supported", "unsupported", "trivial")
 RULE_SETS = ("off", "plain", "scoped", "scoped+objects", "scoped+objects+facts", "scoped+objects+facts+predicates")
 FIRST_STEP = MappingProxyType({"actor": 0, "editor": 1, "judge": 0})
 CATEGORIES = tuple(c.value for c in Category)
@@ -174,7 +179,7 @@ def rows_from_traces(traces: Iterable, run: str, cycle: int, *, first_episode: i
         ep = trace.to_json() if hasattr(trace, "to_json") else trace
         base = {"run": str(run), "cycle": int(cycle), "episode": first_episode + n,
                 "task_id": str(ep["id"]), "family": ep.get("family") or "", "mode": ep.get("mode") or "full",
-                "rules": ep.get("rules") or "off"}
+                "rules": ep.get("rules") or "off", "support": ep.get("support") or "unsupported"}
         for s in ep.get("steps", []):
             verdict = s.get("verdict") or {}
             success = bool(verdict.get("success"))
@@ -328,6 +333,8 @@ def _expectations(max_step: int) -> list:
                                         meta=meta(f"mode is one of {', '.join(MODES)}", "mode")),
         gxe.ExpectColumnValuesToBeInSet(column="rules", value_set=list(RULE_SETS),
                                         meta=meta(f"rules is one of {', '.join(RULE_SETS)}", "rules")),
+        gxe.ExpectColumnValuesToBeInSet(column="support", value_set=list(SUPPORT_VALUES),
+                                        meta=meta(f"support is one of {', '.join(SUPPORT_VALUES)}", "support")),
         gxe.ExpectColumnValuesToBeInSet(column="category", value_set=list(CATEGORIES),
                                         meta=meta("category is one of the six categories (or null)", "category")),
         gxe.ExpectColumnValuesToBeBetween(column="judge_score", min_value=0.0, max_value=1.0,

@@ -1,0 +1,209 @@
+"""The support verdict: whether an answer's spec is backed by the task's English, without a reference.
+
+A user has no reference: what they see is the spec, the plan and the word ``success``. The planner's
+acceptance says the spec is *consistent*, not that it is the *task*. :func:`support` reads what a
+policy has at inference time (the task's English, the spec, the plan, optionally the Judge's score)
+and never a reference spec, and answers one of:
+
+* ``trivial``: the planner accepted the spec, but it asks for nothing: the plan is empty, or the goal
+  already holds in the initial state;
+* ``unsupported``: the planner did not accept the spec, or an annotation-free signal speaks against
+  it: the initial state breaks a mutex invariant of the domain (:mod:`omtr.faithfulness.signals`),
+  the problem declares objects the English never mentions (more of them than the English's names it
+  leaves unused), the written domain's predicates or actions carry object names (numbers) in their
+  own names, or, when a threshold is given, the Judge's score is below it;
+* ``supported``: solved with a non-empty plan and no signal against it.
+
+Each verdict comes with its reasons, one sentence per signal that applies. The Judge's score enters
+only with an explicit ``judge_threshold``: the untrained Judge has not been shown to separate
+faithful from solved-but-unfaithful specs (docs/model.md), so by default it is reported beside the
+verdict, never deciding it.
+
+The module takes texts only (never a task record), like :mod:`omtr.faithfulness.signals`, and every
+door of omtr uses it: the episode loop's traces (``omtr infer``, ``omtr evaluate``), the served
+model's response and the episode log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+SUPPORTED, UNSUPPORTED, TRIVIAL = "supported", "unsupported", "trivial"
+SUPPORT_VALUES = (SUPPORTED, UNSUPPORTED, TRIVIAL)
+
+_WORD = re.compile(r"[a-z0-9]+")
+_ALPHA_PART = re.compile(r"[a-z]+")
+_DIGIT = re.compile(r"[0-9]")
+
+
+@dataclass(frozen=True)
+class Support:
+    """A support verdict (``verdict``: one of :data:`SUPPORT_VALUES`) and its reasons."""
+
+    verdict: str
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        return {"support": self.verdict, "support_reasons": list(self.reasons)}
+
+
+def english_words(nl: str) -> set[str]:
+    """The English's words, lower case, split at anything not a letter or digit, each also without a
+    plural ``s``/``es`` ("balls" -> ball)."""
+    out: set[str] = set()
+    for w in _WORD.findall((nl or "").lower()):
+        out.add(w)
+        if len(w) > 3 and w.endswith("es"):
+            out.add(w[:-2])
+        if len(w) > 2 and w.endswith("s"):
+            out.add(w[:-1])
+    return out
+
+
+def mentioned(name: str, words: set[str], joined: set[str]) -> bool:
+    """Whether the English mentions an object's name: the whole name (without ``-``/``_``) is one of
+    its words or a run of them (``location_0_0``, ``room 1``), or every alphabetic part of the name is
+    one of its words (``ball1`` for "two balls", ``left-gripper``; digits are free)."""
+    n = name.lower()
+    flat = re.sub(r"[^a-z0-9]", "", n)
+    if flat in words or flat in joined:
+        return True
+    parts = _ALPHA_PART.findall(n)
+    return bool(parts) and all(p in words or _compound(p, words) for p in parts)
+
+
+def _compound(part: str, words: set[str]) -> bool:
+    """Whether ``part`` is two or more of the English's words run together (``paristruck``: paris,
+    truck; ``airporta``: airport, a)."""
+    ok = [True] + [False] * len(part)
+    for j in range(1, len(part) + 1):
+        ok[j] = any(ok[i] and part[i:j] in words for i in range(max(0, j - 24), j) if (i, j) != (0, len(part)))
+    return ok[len(part)]
+
+
+def _runs(nl: str, span: int = 4) -> set[str]:
+    ws = _WORD.findall((nl or "").lower())
+    out = set()
+    for i in range(len(ws)):
+        s = ""
+        for j in range(i, min(i + span, len(ws))):
+            s += ws[j]
+            if j > i:  # runs of two words or more (single words are english_words')
+                out.add(s)
+    return out
+
+
+def unmentioned_objects(nl: str, objects: Sequence[str], types: dict[str, str] | None = None) -> tuple[list[str], int]:
+    """(the problem's objects the English never mentions, how many of the English's own names no
+    object of the problem takes). The names are the statement's (:func:`omtr.statement.read_statement`,
+    PlanBench's layout or identifiers); free English gives none, so any unmentioned object counts.
+    ``types`` (object -> its declared type): an object whose type the English names ("two grippers":
+    ``left - gripper``) is mentioned too."""
+    from omtr.statement import TEMPLATE_WORDS, read_statement
+
+    reading = read_statement(nl)
+    words, joined = english_words(nl), _runs(nl)
+    names: set[str] = set()
+    if reading.layout != "none":  # sure names: a function word ("a", "the") mentions nothing
+        words -= TEMPLATE_WORDS
+        names = set(reading.norm_names)
+    flat = {o: re.sub(r"[^a-z0-9]", "", o.lower()) for o in objects}
+    typed = {o: t for o, t in (types or {}).items() if t and t != "object"}
+    missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)
+               and not (o in typed and mentioned(typed[o], words, joined))]
+    unused = sum(1 for n in names if n not in set(flat.values()))
+    return missing, unused
+
+
+def _atom(x) -> tuple | None:
+    if isinstance(x, list) and x and all(isinstance(a, str) for a in x):
+        return tuple(str(a).lower() for a in x)
+    return None
+
+
+def goal_holds(init: Sequence, goal) -> bool | None:
+    """Whether a goal of atoms, ``and`` and ``not`` already holds in ``init`` (None for any other goal)."""
+    state = {a for a in (_atom(x) for x in init) if a}
+
+    def ev(g) -> bool | None:
+        if not isinstance(g, list) or not g:
+            return None
+        head = str(g[0]).lower()
+        if head == "and":
+            vals = [ev(x) for x in g[1:]]
+            return None if any(v is None for v in vals) else all(vals)
+        if head == "not" and len(g) == 2:
+            v = ev(g[1])
+            return None if v is None else not v
+        a = _atom(g)
+        return None if a is None or head in ("or", "imply", "exists", "forall", "=") else a in state
+
+    return ev(goal)
+
+
+def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
+            category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
+            judge_threshold: float | None = None, context: str = "") -> Support:
+    """The support verdict of one answer (module doc). ``solved``: the planner accepted the spec (a
+    VAL-checked plan); ``plan``: that plan; ``category``: the verdict's category when it failed;
+    ``domain_written``: the model wrote the domain (full mode; a given or library domain is not
+    checked for names). ``context``: more English that may mention objects, the description of a
+    library domain the task was matched to ("a robot with a left and a right gripper")."""
+    if not solved:
+        why = f"the planner did not accept the spec ({category})" if category else "the planner did not accept the spec"
+        return Support(UNSUPPORTED, (why,))
+    trivial: list[str] = []
+    against: list[str] = []
+    if not plan:
+        trivial.append("the plan is empty: the spec asks for nothing")
+    prob = None
+    if problem:
+        from omtr.pddl.model import SpecError, parse_problem
+
+        try:
+            prob = parse_problem(problem)
+        except (SpecError, RecursionError):
+            prob = None
+    if prob is not None and plan and goal_holds(prob.init, prob.goal):
+        trivial.append("the goal already holds in the initial state")
+    if trivial:
+        return Support(TRIVIAL, tuple(trivial))
+    if prob is not None and domain:
+        from omtr.faithfulness.signals import domain_invariants, violated_groups
+
+        broken = violated_groups(domain_invariants(domain), [list(a) for a in prob.init])
+        if broken:
+            shown = "; ".join(" and ".join("(" + " ".join(a) + ")" for a in atoms) for _, _, atoms in broken[:3])
+            against.append(f"the initial state breaks {len(broken)} mutex invariant(s) of the domain: {shown}")
+    if prob is not None:
+        missing, unused = unmentioned_objects(f"{nl}\n{context}" if context else nl, list(prob.objects),
+                                              dict(prob.objects))
+        if len(missing) > unused:
+            against.append(f"{len(missing)} object(s) the English never mentions: {', '.join(missing[:5])}"
+                           + (f" (only {unused} of its names are unused)" if unused else ""))
+    if domain_written and domain:
+        from omtr.pddl.model import SpecError, parse_domain
+
+        try:
+            dom = parse_domain(domain)
+        except (SpecError, RecursionError):
+            dom = None
+        if dom is not None:
+            named = sorted(n for n in (*dom.predicates, *dom.actions) if _DIGIT.search(n))
+            if named:
+                against.append(f"the domain's vocabulary carries object names: {', '.join(named[:4])} "
+                               "(a predicate or action is about every object, not one)")
+    if judge_threshold is not None and judge_score is not None and judge_score < judge_threshold:
+        against.append(f"the Judge's score {judge_score:.2f} is below {judge_threshold:.2f}")
+    if against:
+        return Support(UNSUPPORTED, tuple(against))
+    why = ["solved with a plan; no mutex invariant broken, every object mentioned"]
+    if judge_score is not None and judge_threshold is None:
+        why.append(f"Judge {judge_score:.2f} (reported, not used: not shown to separate)")
+    return Support(SUPPORTED, tuple(why))
+
+
+__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds",
+           "mentioned", "support", "unmentioned_objects"]
