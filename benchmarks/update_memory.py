@@ -24,7 +24,11 @@ so that one part's freed memory (which the allocator may keep) does not hide or 
    ``ppo_loss`` (:meth:`UpdateMixin._ppo_loss` of each Actor micro-batch and its backward),
    ``judge_loss`` (``judge_scores`` of the Judge's micro-batch, ``judge_loss`` and its backward),
    ``step`` (the optimizer step). ``bf16`` is ``lean`` under ``update_dtype=bf16`` (a bf16 autocast
-   of the old-log-prob pass and the update; fp32 where the CPU lacks native bf16).
+   of the old-log-prob pass and the update; fp32 where the CPU lacks native bf16). ``old``,
+   ``chunked``, ``lean`` and ``bf16`` keep the earlier micro-batches of 8 and a separate
+   old-log-prob pass for every step; ``default`` is the profile as it is (micro-batches of 4 cut
+   by completion length, the first minibatch's old log-probs taken in the PPO phase from its own
+   forward pass, ``update_dtype=auto``).
 
 Memory is the process's resident set (RSS, ``/proc/self/statm``) sampled every ``--interval-ms``
 milliseconds by a thread (torch's CPU kernels release the GIL, so the sampler runs during them);
@@ -105,24 +109,25 @@ def _maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-# path -> (logprob_chunk, activation_checkpointing, update_dtype); None: the default
-PATHS = {"old": (0, False, "fp32"), "chunked": (None, False, "fp32"), "lean": (None, None, "fp32"),
-         "bf16": (None, None, "bf16")}
+# path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
+# as it was when issue 42 was filed; `default` is the profile as it is now.
+_EARLIER = {"micro_batch_size": 8, "reuse_first_logprobs": False, "update_dtype": "fp32"}
+PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
+         "chunked": {**_EARLIER, "activation_checkpointing": False},
+         "lean": dict(_EARLIER),
+         "bf16": {**_EARLIER, "update_dtype": "bf16"},
+         "default": {}}
 
 
-def _trainer(args, tmp: str, chunk: int | None, ckpt: bool | None = None, dtype: str | None = None):
+def _trainer(args, tmp: str, settings: dict):
     from omtr.rl.config import train_profile
     from omtr.rl.trainer import Trainer
     from omtr.tasks.training import load_training_tasks
 
-    cfg = train_profile(args.profile).with_overrides(list(args.set or [])).replace(
+    cfg = train_profile(args.profile).replace(**settings).with_overrides(list(args.set or [])).replace(
         mlflow=False, torch_threads=args.threads or None)
-    if chunk is not None:
-        cfg = cfg.replace(logprob_chunk=chunk)
-    if ckpt is not None:
-        cfg = cfg.replace(activation_checkpointing=ckpt)
-    if dtype is not None:
-        cfg = cfg.replace(update_dtype=dtype)
+    if args.chunk is not None and cfg.logprob_chunk != 0:
+        cfg = cfg.replace(logprob_chunk=args.chunk)
     tasks = load_training_tasks(args.tasks) if args.tasks else None
     if tasks is None:  # the phases need no task records: any one for the Trainer's checks
         from omtr.tasks.generators import generate
@@ -186,23 +191,25 @@ def child_phases(args) -> dict:
     from omtr.rl import losses as L
     from omtr.rl.steps import JudgeItem, StepItem, _chunks
 
-    chunk, ckpt, dtype = PATHS[args.path]
-    if chunk is None:
-        chunk = args.chunk
     sampler = RssSampler(args.interval_ms / 1000)
     report: dict = {"rss_after_imports_mb": round(rss_mb())}
     data = json.loads(Path(args.batch).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         with sampler.phase("build", report):
-            tr = _trainer(args, tmp, chunk, ckpt, dtype)
+            tr = _trainer(args, tmp, PATHS[args.path])
         cfg = tr.cfg
         model = tr.models["actor"]
         report["logprob_chunk"] = model.cfg.logprob_chunk
         report["activation_checkpointing"] = model.cfg.activation_checkpointing
         report["update_dtype"] = tr.update_dtype
+        report["micro_batch_size"] = cfg.micro_batch_size
+        report["reuse_first_logprobs"] = cfg.reuse_first_logprobs
         with sampler.phase("engine_refresh", report):
             tr._rollout_policy()  # the fast engine's int8 weights, held through the update as in training
         items = [StepItem(**{**d, "group": tuple(d["group"])}) for d in data["items"]]
+        if args.cut:  # the first --cut tokens of each completion (a prefix replays under the same masks)
+            for it in items:
+                it.tokens, it.old_logprobs = it.tokens[:args.cut], it.old_logprobs[:args.cut]
         judge = [JudgeItem(d["prompt"], d["label"], k) for k, d in enumerate(data["judge_items"])]
         prompt_tokens = [len(p) for p in model.encode_prompts([it.prompt for it in items])]
         report["batch"] = {"rows": len(items), "prompt_tokens": prompt_tokens,
@@ -210,21 +217,13 @@ def child_phases(args) -> dict:
                            "judge_prompts": len(judge),
                            "judge_prompt_tokens": [len(p) for p in model.encode_prompts([j.prompt for j in judge])]}
         with sampler.phase("old_logprobs", report):
-            if not tr.exact_rollout:  # every step's, as the saved batch has no rewards to split minibatches by
+            if not tr.exact_rollout:  # with reuse_first_logprobs, the first minibatch's are left to the PPO phase
                 tr._recompute_old(items)
-            engine_kl = tr._engine_kl() if not tr.exact_rollout else None
-        report["old_logprobs"]["engine_kl"] = engine_kl
-        bad = 0
-        for it, d in zip(items, data["items"]):
-            for j, x in enumerate(it.old_logprobs):
-                if not math.isfinite(x):
-                    it.old_logprobs[j] = d["old_logprobs"][j]
-                    bad += 1
-        report["nonfinite_old_logprobs"] = bad
+        report["old_logprobs"]["left_to_first_step"] = sum(it.old_pending for it in items)
         for m in tr.distinct:
             m.train()
         tr.backend.zero_grad()
-        values: dict = {"old_logprobs": [list(it.old_logprobs) for it in items]}
+        values: dict = {}
         ppo = {"forward_s": 0.0, "backward_s": 0.0}
         with sampler.phase("ppo_loss", report):
             chunks = _chunks([it for it in items if it.role == "actor"], cfg.micro_batch_size)
@@ -238,6 +237,10 @@ def child_phases(args) -> dict:
                 ppo["backward_s"] += time.perf_counter() - t1
                 values.setdefault("ppo_loss", []).append(loss.item())
         report["ppo_loss"].update({k: round(v, 2) for k, v in ppo.items()})
+        # the policy's old log-probs, those the first step took from its own forward pass included
+        values["old_logprobs"] = [list(it.old_logprobs) for it in items]
+        report["nonfinite_old_logprobs"] = sum(not math.isfinite(x) for it in items for x in it.old_logprobs)
+        report["engine_kl"] = tr._engine_kl() if not tr.exact_rollout else None
         report["ppo_loss"]["micro_batches"] = len(chunks)
         params = [p for m in tr.distinct for p in m.parameters() if p.requires_grad]
         values["ppo_grad_norm"] = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
@@ -296,14 +299,15 @@ def _cosine(grads: str, a: str, b: str, which: str) -> float | None:
 
 def _diffs(a: dict, b: dict, grads: str | None = None, pa: str = "", pb: str = "") -> dict:
     va, vb = a["values"], b["values"]
-    old = max((abs(x - y) for ra, rb in zip(va["old_logprobs"], vb["old_logprobs"]) for x, y in zip(ra, rb)),
-              default=0.0)
+    pairs = [(x, y) for ra, rb in zip(va["old_logprobs"], vb["old_logprobs"]) for x, y in zip(ra, rb)
+             if math.isfinite(x) and math.isfinite(y)]  # a token both paths' masks refuse is -inf in each
+    old = max((abs(x - y) for x, y in pairs), default=0.0)
     out = {"old_logprobs_max_abs": old,
            "ppo_loss_max_abs": max(abs(x - y) for x, y in zip(va.get("ppo_loss", [0]), vb.get("ppo_loss", [0]))),
            "ppo_grad_norm_rel": abs(va["ppo_grad_norm"] - vb["ppo_grad_norm"]) / max(va["ppo_grad_norm"], 1e-30)}
     if "judge_loss" in va and "judge_loss" in vb:
         out["judge_loss_max_abs"] = max(abs(x - y) for x, y in zip(va["judge_loss"], vb["judge_loss"]))
-    mean_abs = [abs(x - y) for ra, rb in zip(va["old_logprobs"], vb["old_logprobs"]) for x, y in zip(ra, rb)]
+    mean_abs = [abs(x - y) for x, y in pairs]
     out["old_logprobs_mean_abs"] = sum(mean_abs) / max(1, len(mean_abs))
     if grads:
         out["ppo_grad_cosine"] = _cosine(grads, pa, pb, "ppo")
@@ -319,11 +323,17 @@ def main() -> None:
                                     "2-4 blocks, seed 0)")
     ap.add_argument("--batch", help="a batch saved by an earlier run (--save-batch): skip the rollout")
     ap.add_argument("--save-batch", help="keep the rollout's batch in this file")
-    ap.add_argument("--paths", default="old,chunked,lean,bf16",
-                    help="paths, in order: old (logprob_chunk=0, no activation checkpointing, fp32: the update as "
-                         "before), chunked (chunks only), lean (chunks and checkpointing, fp32), bf16 (lean under "
-                         "update_dtype=bf16); 'none' for the rollout alone (default old,chunked,lean,bf16)")
+    ap.add_argument("--paths", default="old,default",
+                    help="paths, in order: old (the update when issue 42 was filed: logprob_chunk=0, no activation "
+                         "checkpointing, fp32, micro-batches of 8, a separate old-log-prob pass for every step), "
+                         "chunked (chunks only), lean (chunks and checkpointing, fp32), bf16 (lean under "
+                         "update_dtype=bf16), default (the profile as it is: micro-batches of 4 cut by length, the "
+                         "first minibatch's old log-probs from its own pass, update_dtype=auto); 'none' for the "
+                         "rollout alone (default old,default)")
     ap.add_argument("--chunk", type=int, default=None, help="logprob_chunk of the chunked path (default: the model's)")
+    ap.add_argument("--cut", type=int, default=0,
+                    help="keep the first N tokens of each completion (the old path needs ~20 GB for completions "
+                         "of ~900 tokens; default 0: whole)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     ap.add_argument("--interval-ms", type=float, default=5.0, help="RSS sampling interval (default 5 ms)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -345,8 +355,9 @@ def main() -> None:
         return
 
     common = ["--profile", args.profile, "--threads", str(args.threads), "--interval-ms", str(args.interval_ms),
+              "--cut", str(args.cut),
               *(x for kv in args.set for x in ("--set", kv))]
-    out: dict = {"benchmark": "update_memory", "profile": args.profile, "settings": args.set,
+    out: dict = {"benchmark": "update_memory", "profile": args.profile, "settings": args.set, "cut": args.cut,
                  "threads": args.threads or None,
                  "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
                  "memory": "peak RSS sampled every %g ms by a thread, each part in a fresh process" % args.interval_ms}
@@ -390,6 +401,11 @@ def main() -> None:
     out["summary"]["update_s"] = upd
     if "old" in upd:
         out["summary"]["update_speedup_vs_old"] = {path: round(upd["old"] / upd[path], 2) for path in upd if upd[path]}
+        # with the old-log-prob pass, which the default path shortens (its first minibatch's are in the PPO phase)
+        whole = {path: round(upd[path] + p[path]["old_logprobs"]["seconds"], 2) for path in p}
+        out["summary"]["old_logprobs_and_update_s"] = whole
+        out["summary"]["old_logprobs_and_update_speedup_vs_old"] = {path: round(whole["old"] / whole[path], 2)
+                                                                    for path in whole if whole[path]}
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:

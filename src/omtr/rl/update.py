@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 import torch
 
@@ -89,9 +90,10 @@ class UpdateMixin:
     def _take_old(self, it: StepItem, new: list[float]) -> None:
         """The policy's log-probs of a step's tokens become its "old" ones; the engine's gap is counted."""
         gap = getattr(self, "_engine_gap", None)
-        if gap is not None:
-            gap[0] += sum(e - p for e, p in zip(it.old_logprobs, new))
-            gap[1] += len(new)
+        if gap is not None:  # tokens the policy's replayed masks refuse (-inf) have no gap to count
+            pairs = [(e, p) for e, p in zip(it.old_logprobs, new) if math.isfinite(p) and math.isfinite(e)]
+            gap[0] += sum(e - p for e, p in pairs)
+            gap[1] += len(pairs)
         it.old_logprobs = new
         it.old_pending = False
 
