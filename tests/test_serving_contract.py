@@ -303,7 +303,7 @@ def _scripted(served, nl: str):
 
 
 def test_fleet_outage_is_503_and_a_bad_request_stays_400(served, tmp_path, monkeypatch):
-    nl = "Stack the blocks as the problem says."
+    nl = "Answer as the scripted reply states."  # fits no library domain: the scripted whole spec is used as written
     with Server(tmp_path, env={"OMTR_SOLVER_TOKEN": "fleet-secret"}).start() as fleet:
         monkeypatch.setenv("OMTR_SOLVER_URL", fleet.url)
         # the right token: the spec is verified by the fleet
