@@ -24,7 +24,15 @@ Signals, per solved sample (higher: more likely faithful):
 * ``reviewer``: (log p(statement | problem) - log p(statement)) per statement token, the backbone
   with adapters off;
 * ``judge``: today's Judge (the untrained head), on the Judge's own prompt;
-* ``grounded``: the statement-vs-atoms F1 of :mod:`omtr.rl.grounding`.
+* ``grounded``: the statement-vs-atoms F1 of :mod:`omtr.rl.grounding`;
+* ``typed_grounding``: the same F1 with the predicate each clause's words name in the given domain
+  (:func:`omtr.faithfulness.signals.typed_grounding`);
+* ``clause_reviewer`` / ``clause_reviewer_min``: the reviewer clause by clause, mean and minimum of
+  (log p(clause | its atom) - log p(clause)) per token (:func:`~omtr.faithfulness.signals.clause_likelihoods`).
+
+``--rescore`` computes these three from a JSON's stored problems (no generation); ``--markdown``
+writes the per-set table (grades, AUC per signal, picking by each signal), each set with its own
+bootstrap over its own tasks.
 
 Reported per signal: the AUC between F and D samples (the paper's H.9 pool restricted to the solved
 samples; the interval a percentile bootstrap over tasks, samples travelling with their task), overall
