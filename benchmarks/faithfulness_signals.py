@@ -404,6 +404,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="generation batch")
     ap.add_argument("--engine", default="fast")
     ap.add_argument("--model", default="small", help="model profile or directory (micro: a smoke test of the code)")
+    ap.add_argument("--statement-rules", choices=("all", "names"), default="all",
+                    help="names: the decoder keeps the statement's names but not its facts and predicates rules "
+                         "(statement_facts off), the regime where solved-but-unfaithful samples still occur")
     ap.add_argument("--chunk", type=int, default=4, help="tasks generated, graded and scored together")
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="start no new chunk after this many minutes (0: no limit); the JSON says how many ran")
@@ -452,6 +455,8 @@ def main() -> None:
                                           sorted({t.meta["set"] for t in tasks})})
     model = load_model(args.model)
     model.eval()
+    if args.statement_rules == "names":
+        model.cfg.statement_facts = False
     engine = make_engine(args.engine, model)
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
