@@ -456,7 +456,9 @@ def main() -> None:
     model = load_model(args.model)
     model.eval()
     if args.statement_rules == "names":
-        model.cfg.statement_facts = False
+        import dataclasses
+
+        model.cfg = dataclasses.replace(model.cfg, statement_facts=False)
     engine = make_engine(args.engine, model)
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
