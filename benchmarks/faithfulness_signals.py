@@ -24,7 +24,15 @@ Signals, per solved sample (higher: more likely faithful):
 * ``reviewer``: (log p(statement | problem) - log p(statement)) per statement token, the backbone
   with adapters off;
 * ``judge``: today's Judge (the untrained head), on the Judge's own prompt;
-* ``grounded``: the statement-vs-atoms F1 of :mod:`omtr.rl.grounding`.
+* ``grounded``: the statement-vs-atoms F1 of :mod:`omtr.rl.grounding`;
+* ``typed_grounding``: the same F1 with the predicate each clause's words name in the given domain
+  (:func:`omtr.faithfulness.signals.typed_grounding`);
+* ``clause_reviewer`` / ``clause_reviewer_min``: the reviewer clause by clause, mean and minimum of
+  (log p(clause | its atom) - log p(clause)) per token (:func:`~omtr.faithfulness.signals.clause_likelihoods`).
+
+``--rescore`` computes these three from a JSON's stored problems (no generation); ``--markdown``
+writes the per-set table (grades, AUC per signal, picking by each signal), each set with its own
+bootstrap over its own tasks.
 
 Reported per signal: the AUC between F and D samples (the paper's H.9 pool restricted to the solved
 samples; the interval a percentile bootstrap over tasks, samples travelling with their task), overall
@@ -48,7 +56,10 @@ import numpy as np
 
 GENERATED = ("blocksworld", "gripper")
 PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics")
-SIGNALS = ("agreement", "agreement_solved", "invariants", "invariants_ok", "reviewer", "judge", "grounded")
+SIGNALS = ("agreement", "agreement_solved", "invariants", "invariants_ok", "reviewer", "judge", "grounded",
+           "typed_grounding", "clause_reviewer", "clause_reviewer_min")
+# The signals --rescore recomputes from the stored problems (no generation, no planner).
+RESCORE = ("typed_grounding", "clause_reviewer", "clause_reviewer_min")
 # Combinations computed from the stored signals (no new measurement): the invariant check as a gate,
 # then agreement (or the reviewer) to rank what passes it.
 COMBOS = {
@@ -150,7 +161,22 @@ def task_signals(task, view, steps, grades, model, scorer) -> dict[str, list]:
         rev = S.reviewer_likelihoods(scorer, view.nl, [steps[i].problem if solved[i] else None for i in range(k)])
         out["reviewer"] = rev
     t3 = time.perf_counter()
-    out["_seconds"] = {"equivalence": round(t_eq, 2), "judge": round(t2 - t1, 2), "reviewer": round(t3 - t2, 2)}
+    out.update(statement_signals(view, [steps[i].problem if solved[i] else None for i in range(k)], scorer))
+    out["_seconds"] = {"equivalence": round(t_eq, 2), "judge": round(t2 - t1, 2), "reviewer": round(t3 - t2, 2),
+                       "clauses": round(time.perf_counter() - t3, 2)}
+    return out
+
+
+def statement_signals(view, problems: list, scorer) -> dict[str, list]:
+    """The signals that read the statement clause by clause (:data:`RESCORE`), per problem (None:
+    an unsolved sample): the predicate-typed grounding F1 and the per-clause reviewer (mean, min)."""
+    from omtr.faithfulness import signals as S
+
+    out = {"typed_grounding": [None if p is None else S.typed_grounding(view.nl, view.domain, p) for p in problems]}
+    per = (S.clause_likelihoods(scorer, view.nl, view.domain, problems) if scorer is not None
+           else [None] * len(problems))
+    out["clause_reviewer"] = [None if c is None else c["mean"] for c in per]
+    out["clause_reviewer_min"] = [None if c is None else c["min"] for c in per]
     return out
 
 
@@ -196,6 +222,15 @@ def within_task_auc(cands, bs) -> dict:
 
 
 def summarise(records: list[dict], args) -> dict:
+    """Every measure over all the tasks, and the same per set (``per_set``: each with its own bootstrap
+    over its own tasks)."""
+    out = summary_of(records, args)
+    out["per_set"] = {st: summary_of([r for r in records if r["set"] == st], args)
+                      for st in sorted({r["set"] for r in records})}
+    return out
+
+
+def summary_of(records: list[dict], args) -> dict:
     from omtr.evaluation.metrics import Bootstrap, auc_rate
     from omtr.faithfulness.signals import choose
 
@@ -205,13 +240,10 @@ def summarise(records: list[dict], args) -> dict:
     grades = [s["grade"] for r in records for s in r["samples"]]
     out["grades"] = {g: grades.count(g) for g in "UDF"}
     out["empty_plans_solved"] = sum(1 for r in records for s in r["samples"] if s["grade"] != "U" and s["empty_plan"])
-    sets = sorted({r["set"] for r in records})
 
-    def cands(sig: str, keep=lambda r: True):
+    def cands(sig: str):
         c, missing = [], 0
         for ti, r in enumerate(records):
-            if not keep(r):
-                continue
             for s in r["samples"]:
                 if s["grade"] == "U":
                     continue
@@ -236,10 +268,6 @@ def summarise(records: list[dict], args) -> dict:
         d = [v for _, v, g in c if g == "D"]
         a["mean_f"] = round(float(np.mean(f)), 4) if f else None
         a["mean_d"] = round(float(np.mean(d)), 4) if d else None
-        a["per_set"] = {}
-        for st in sets:
-            cs, _ = cands(sig, lambda r, st=st: r["set"] == st)
-            a["per_set"][st] = auc_rate(cs, bs)
         auc[sig] = a
     out["auc_f_vs_d"] = auc
 
@@ -308,6 +336,62 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _cell(a: dict, grades: dict) -> str:
+    if a["value"] is None:
+        if grades["D"] and grades["F"]:
+            return "not scored"
+        return "undefined (" + ("no D" if not grades["D"] else "no F") + ")"
+    ci = a["ci"]
+    return f"{a['value']:.2f}" + ("" if ci[0] is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
+
+
+def family_table(summary: dict) -> str:
+    """Markdown: per set, the samples' grades, each signal's F-vs-D AUC [95% CI] (undefined where the
+    set has no D or no F sample), and the faithful success of picking one of the k by each signal."""
+    sets = list(summary["per_set"])
+    blocks = [("all", summary)] + [(st, summary["per_set"][st]) for st in sets]
+    head = "| | " + " | ".join(f"{name} ({b['tasks']} tasks)" for name, b in blocks) + " |"
+    rule = "| --- " * (len(blocks) + 1) + "|"
+    lines = ["AUC between faithful (F) and solved-but-unfaithful (D) samples [95% CI, bootstrap over tasks]:",
+             "", head, rule,
+             "| samples U / D / F | " + " | ".join("{U} / {D} / {F}".format(**b["grades"]) for _, b in blocks) + " |"]
+    for sig in summary["auc_f_vs_d"]:
+        lines.append(f"| {sig} | " + " | ".join(_cell(b["auc_f_vs_d"][sig], b["grades"]) for _, b in blocks) + " |")
+    lines += ["", "Faithful success of the one sample picked (among the solved, ties shared) [95% CI]:", "", head, rule]
+    pick = lambda r: "-" if r["value"] is None else f"{r['value']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"  # noqa: E731
+    for name in ("greedy", "random_solved", "oracle_any_faithful"):
+        lines.append(f"| {name} | " + " | ".join(pick(b["faithful_success"][name]) for _, b in blocks) + " |")
+    for sig in summary["auc_f_vs_d"]:
+        lines.append(f"| by {sig} | " + " | ".join(pick(b["faithful_success"]["by_" + sig]) for _, b in blocks) + " |")
+    return "\n".join(lines)
+
+
+def rescore(result: dict, args) -> None:
+    """Recompute the :data:`RESCORE` signals of stored records from their problems (the task's
+    English and given domain rebuilt from the settings' seed; the backbone loaded for the clause
+    reviewer), in place."""
+    import torch
+
+    from omtr.faithfulness.signals import BackboneScorer
+    from omtr.model import load_model
+
+    torch.set_num_threads(args.threads)
+    views = {t.id: t.for_training() for t in build_tasks(argparse.Namespace(**result["settings"]))}
+    model = load_model(result["settings"].get("model", args.model))
+    model.eval()
+    scorer = BackboneScorer(model, batch_size=16)
+    for r in result["records"]:
+        t = time.perf_counter()
+        got = statement_signals(views[r["id"]], [s["problem"] if s["grade"] != "U" else None
+                                                 for s in r["samples"]], scorer)
+        for i, s in enumerate(r["samples"]):
+            for name in RESCORE:
+                v = got[name][i]
+                s["signals"][name] = None if v is None else round(float(v), 5)
+        r.setdefault("seconds", {})["clauses"] = round(time.perf_counter() - t, 2)
+        log.info("rescored %s", r["id"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--generated", type=int, default=8, help="generated tasks per family")
@@ -320,6 +404,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="generation batch")
     ap.add_argument("--engine", default="fast")
     ap.add_argument("--model", default="small", help="model profile or directory (micro: a smoke test of the code)")
+    ap.add_argument("--statement-rules", choices=("all", "names"), default="all",
+                    help="names: the decoder keeps the statement's names but not its facts and predicates rules "
+                         "(statement_facts off), the regime where solved-but-unfaithful samples still occur")
     ap.add_argument("--chunk", type=int, default=4, help="tasks generated, graded and scored together")
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="start no new chunk after this many minutes (0: no limit); the JSON says how many ran")
@@ -332,13 +419,22 @@ def main() -> None:
                     help="keep --out's records and measure only the tasks they lack (sampling seeds differ per run)")
     ap.add_argument("--summarise-only", action="store_true",
                     help="recompute the summary of --out's records (no model, no planner) and print the table")
+    ap.add_argument("--rescore", action="store_true",
+                    help="recompute the clause-by-clause signals of --out's records from their stored problems "
+                         "(the backbone, no generation, no planner), then the summary")
+    ap.add_argument("--markdown", help="also write the per-set table (markdown) here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.summarise_only:
+    if args.summarise_only or args.rescore:
         result = json.loads(Path(args.out).read_text())
+        if args.rescore:
+            rescore(result, args)
+            result["signals"] = list(SIGNALS)
         result["summary"] = summarise(result["records"], args)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(table(result["summary"]))
+        if args.markdown:
+            Path(args.markdown).write_text(family_table(result["summary"]) + "\n")
         return
 
     import torch
@@ -359,6 +455,10 @@ def main() -> None:
                                           sorted({t.meta["set"] for t in tasks})})
     model = load_model(args.model)
     model.eval()
+    if args.statement_rules == "names":
+        import dataclasses
+
+        model.cfg = dataclasses.replace(model.cfg, statement_facts=False)
     engine = make_engine(args.engine, model)
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
@@ -412,6 +512,8 @@ def main() -> None:
             result["summary"] = summarise(result["records"], args)
             save()
     print(table(result["summary"]))
+    if args.markdown:
+        Path(args.markdown).write_text(family_table(result["summary"]) + "\n")
 
 
 if __name__ == "__main__":

@@ -192,6 +192,107 @@ def test_backbone_scorer_on_micro_matches_a_plain_forward():
     assert all(v < 0 for v, _ in res)
 
 
+# ----------------------------------------------------------------------------- clause by clause
+
+
+def _planbench(family):
+    """The shortest PlanBench task of a family, its reference problem spelled as the English spells it."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.tasks.planbench import import_config
+    from omtr.tasks.planbench_data import shipped_root
+
+    t = min(import_config(shipped_root(), family), key=lambda t: len(t.nl))
+    return t.nl, t.reference.domain, spelled_problem(t).lower()
+
+
+def _swap(problem, old, new):
+    assert old in problem, (old, problem)
+    return problem.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("family,extra,drop", [
+    # an atom the English never says, and the atom of a clause to drop
+    ("blocksworld", "(clear {})", "(handempty)"),
+    ("mystery_blocksworld", "(pain {})", "(harmony)"),
+    ("logistics", "(airport {})", "(airport "),
+    ("depots", "(lifting {0} {0})", "(available "),
+])
+def test_typed_grounding_on_planbench_text(family, extra, drop):
+    from omtr.pddl.model import parse_domain
+    from omtr.statement import read_statement
+
+    nl, d, p = _planbench(family)
+    assert S.typed_grounding(nl, d, p) == 1.0  # the task's own problem: every clause has its atom, no atom more
+    names = sorted(read_statement(nl).norm_names)
+    # a predicate swapped: the clause's words name another predicate, so it loses its pairing
+    c = next(c for c in S.statement_atoms(nl, d, p)[0] if len(c.key) == 1 and c.atoms and c.predicate)
+    other = sorted(k.lower() for k, v in parse_domain(d).predicates.items() if len(v) == 1 and k.lower() != c.predicate)
+    a = next(a for a in c.atoms if a[0] == c.predicate)
+    wrong = _swap(p, "(" + " ".join(a) + ")", f"({other[0]} {a[1]})")
+    assert S.typed_grounding(nl, d, wrong) < 1.0
+    more = p.replace("(:init", "(:init " + extra.format(names[0]), 1)
+    assert S.typed_grounding(nl, d, more) < 1.0
+    i = p.index(drop, p.index("(:init"))
+    less = p[:i] + p[p.index(")", i) + 1:]
+    assert S.typed_grounding(nl, d, less) < 1.0
+    assert S.typed_grounding(nl, d, "(define (problem") == 0.0
+    assert S.typed_grounding("no statement here", d, p) is None
+
+
+def test_statement_atoms_pair_each_clause_with_its_atoms():
+    nl, d, p = _planbench("mystery_blocksworld")
+    clauses, atoms = S.statement_atoms(nl, d, p)
+    said = {c.text: c for c in clauses}
+    c = next(c for t, c in said.items() if "craves" in t)
+    assert c.predicate == "craves" and len(c.key) == 2 and c.atoms == (("craves",) + c.key,)
+    assert said["harmony"].predicate == "harmony" and ("harmony",) in said["harmony"].atoms
+    assert {part for part, _ in atoms} == {"init", "goal"}
+    assert all(c.text and not c.text.startswith(("as initial", "is to have")) for c in clauses)
+
+
+class ClauseScorer:
+    """log p(clause | context): -1 per clause word, +0.5 for each word the context's atom spells."""
+
+    def __init__(self):
+        self.calls = []
+
+    def logprobs(self, contexts, continuation):
+        self.calls.append((list(contexts), continuation))
+        words = continuation.split()
+        return [(sum(-1.0 + (0.5 if w in re.findall(r"[a-z0-9_]+", c.split(S.CLAUSE_HEAD)[-1]) else 0.0)
+                     for w in words), len(words)) for c in contexts]
+
+
+def test_clause_likelihoods_score_each_clause_against_its_atoms():
+    nl, d, p = _planbench("mystery_blocksworld")
+    c = next(c for c in S.statement_atoms(nl, d, p)[0] if c.predicate == "craves")
+    own = "(" + " ".join(c.atoms[0]) + ")"
+    swapped = _swap(p, own, "(" + " ".join(("province",) + c.atoms[0][1:2]) + ")")
+    fake = ClauseScorer()
+    out = S.clause_likelihoods(fake, nl, d, [p, None, swapped, p])
+    assert out[1] is None and out[0] == out[3]
+    assert out[0]["mean"] > out[2]["mean"] and out[0]["min"] > out[2]["min"]
+    assert out[2]["min"] == 0.0  # the craves clause has no atom over its names left: it gains nothing
+    texts = [cont for _, cont in fake.calls]
+    assert len(texts) == len(set(texts))  # each clause scored once for all the problems
+    for ctxs, _ in fake.calls:
+        assert ctxs[0] == S.clause_context(()) and len(ctxs) == len(set(ctxs))
+    assert S.clause_likelihoods(fake, "no statement", d, [p]) == [None]
+
+
+def test_clause_likelihoods_on_micro_run_end_to_end():
+    torch = pytest.importorskip("torch")
+    from omtr.model import build_model
+
+    torch.manual_seed(0)
+    m = build_model("micro")
+    m.eval()
+    nl, d, p = _planbench("blocksworld")
+    out = S.clause_likelihoods(S.BackboneScorer(m, batch_size=4), nl, d, [p, None])
+    assert out[1] is None and all(math.isfinite(out[0][k]) for k in ("mean", "min"))
+    assert out[0]["min"] <= out[0]["mean"]
+
+
 # ----------------------------------------------------------------------------- choosing
 
 

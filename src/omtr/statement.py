@@ -32,7 +32,7 @@ How sure the reading is decides which scope rules may use it (:attr:`Reading.rul
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STATEMENT = "[STATEMENT]"
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
@@ -43,6 +43,8 @@ _IDENT = re.compile(r"[a-z][a-z0-9_\-]*[0-9][a-z0-9_\-]*")
 _SPELLED = re.compile(r"[a-z][a-z0-9_-]*")
 _INIT_LEAD = re.compile(r"^\s*as initial conditions i have that\b")
 _GOAL_LEAD = re.compile(r"\bmy goal is to have that\b")
+# A clause's text loses the template's lead-in ("as initial conditions i have that", "is to have that").
+_LEAD = re.compile(r"^(?:as initial conditions i have that|(?:my goal )?is to have that)\b\s*")
 # The statement's own wording (PlanBench's "As initial conditions I have that, ... My goal is to have
 # that ..."), and short function words: never names by themselves.
 TEMPLATE_WORDS = frozenset(
@@ -69,6 +71,17 @@ def name_parts(name: str) -> list[str]:
     return _PART.split(name)
 
 
+def name_of(arg: str, names) -> str | None:
+    """The statement name (normalised, one of ``names``) that a problem's argument stands for: the
+    name it spells (``ball1`` and ``ball_1`` alike) or the one name it holds as a part (``red_block``
+    names ``red``); None for an argument that names nothing or several."""
+    a = arg.lower()
+    if _norm(a) in names:
+        return _norm(a)
+    hits = [p for p in name_parts(a) if p in names]
+    return hits[0] if len(hits) == 1 else None
+
+
 @dataclass(frozen=True)
 class Clause:
     """One clause of the statement: its normalised words, and its names in the order it gives them
@@ -76,6 +89,7 @@ class Clause:
 
     words: tuple[str, ...]
     key: tuple[str, ...]
+    text: str = field(default="", compare=False)  # the clause as the statement writes it (lower case)
 
     @property
     def says_something(self) -> bool:
@@ -202,7 +216,8 @@ def read_statement(nl: str) -> Reading:
             for n in names:
                 if _SPELLED.fullmatch(n):
                     spelled.setdefault(_norm(n), n)
-            out.append(Clause(tuple(_norm(w) for w in raw), tuple(_norm(n) for n in names)))
+            out.append(Clause(tuple(_norm(w) for w in raw), tuple(_norm(n) for n in names),
+                              _LEAD.sub("", " ".join(c.split())).strip()))
         return tuple(out)
 
     init, goal = clauses(init_text), clauses(goal_text)

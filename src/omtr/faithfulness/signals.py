@@ -34,6 +34,7 @@ import io
 import logging
 import math
 import re
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 log = logging.getLogger(__name__)
@@ -308,6 +309,189 @@ def reviewer_likelihoods(scorer, nl: str, problems: Sequence[str | None]) -> lis
     return out
 
 
+# ----------------------------------------------------------------------------- clause by clause
+
+
+# The per-clause reviewer's prompt: one atom of the problem, then the clause it should say in English.
+CLAUSE_HEAD = "PDDL fact: "
+CLAUSE_ASK = "\nThe same fact in English: "
+
+
+@dataclass(frozen=True)
+class ClauseAtoms:
+    """One clause of the statement and the atoms a problem wrote for it: ``part`` (``init`` or
+    ``goal``), the clause's text, its names in order (``key``; empty for a clause that names nothing),
+    the predicate its words name in the given domain (``predicate``; None where the words do not
+    settle it) and ``atoms``, the problem's atoms of that part over the same names (any order; for a
+    clause without names, the part's atoms over no name of the statement), each as ``(pred, arg...)``."""
+
+    part: str
+    text: str
+    key: tuple
+    predicate: str | None
+    atoms: tuple
+
+
+def _problem_atoms(problem: str | None):
+    """(init atoms, positive goal atoms) of a problem, lower case; None when it does not parse."""
+    if not problem:
+        return None
+    from omtr.pddl.model import SpecError, conjunction_literals, parse_problem
+
+    try:
+        prob = parse_problem(problem)
+    except (SpecError, RecursionError):
+        return None
+    goal = [a for a, neg in (conjunction_literals(prob.goal) or []) if not neg]
+    low = lambda atoms: [tuple(str(x).lower() for x in a) for a in atoms]  # noqa: E731
+    return low(prob.init), low(goal)
+
+
+def _domain_predicates(domain: str | None) -> tuple[dict, frozenset]:
+    """(predicates, name -> arguments; the static ones among them: changed by no action's effect)."""
+    if not domain:
+        return {}, frozenset()
+    from omtr.pddl.model import SpecError, atoms_of, parse_domain
+
+    try:
+        dom = parse_domain(domain)
+    except (SpecError, RecursionError):
+        return {}, frozenset()
+    preds = {k.lower(): v for k, v in dom.predicates.items()}
+    fluents = {str(atom[0]).lower() for act in dom.actions.values() for atom, _, _ in atoms_of(act.effect, effect=True)}
+    return preds, frozenset(preds) - fluents
+
+
+def _atom_key(atom: tuple, names) -> tuple | None:
+    """The atom's arguments as statement names: ``()`` for an atom over no name (``(handempty)``,
+    ``(free left)``), None for one that names some of its arguments but not all."""
+    from omtr.statement import name_of
+
+    key = tuple(name_of(a, names) for a in atom[1:])
+    if all(k is None for k in key):
+        return ()
+    return None if any(k is None for k in key) else key
+
+
+def statement_atoms(nl: str, domain: str | None, problem: str | None) -> tuple[list[ClauseAtoms], list[tuple]] | None:
+    """Each clause of the task's statement with the problem's atoms for it (:class:`ClauseAtoms`),
+    and the problem's atoms, as ``(part, atom)``. Read from the English (:func:`omtr.statement.read_statement`),
+    the given domain's predicate names and the problem alone. None when the statement is not in
+    PlanBench's layout or the problem does not parse."""
+    from omtr.statement import clause_predicate, read_statement
+
+    reading = read_statement(nl)
+    if reading.layout != "planbench":
+        return None
+    got = _problem_atoms(problem)
+    if got is None:
+        return None
+    init, goal = got
+    if not any(c.says_something for c in reading.goal):  # no goal sentence: one pool
+        init, goal = init + goal, []
+    names, (preds, _) = reading.norm_names, _domain_predicates(domain)
+    parts = {"init": init, "goal": goal}
+    out = []
+    for part, clauses in (("init", reading.init), ("goal", reading.goal)):
+        keyed = [(a, _atom_key(a, names)) for a in parts[part]]
+        for c in clauses:
+            if not c.key and not c.says_something:
+                continue
+            mine = tuple(a for a, k in keyed if k is not None and sorted(k) == sorted(c.key))
+            out.append(ClauseAtoms(part, c.text, c.key, clause_predicate(c, preds), mine))
+    return out, [("init", a) for a in init] + [("goal", a) for a in goal]
+
+
+def typed_grounding(nl: str, domain: str | None, problem: str | None) -> float | None:
+    """The statement-vs-atoms F1 of :func:`omtr.rl.grounding.grounding_score` with predicates: a clause
+    pairs with one atom of its part over its names (1 in the clause's order, 0.5 in another) and, where
+    the clause's words name a predicate of the given domain (:func:`omtr.statement.clause_predicate`:
+    "is on the table": ``ontable``; "object b craves object c": ``craves``; "the hand is empty":
+    ``handempty``), of that predicate; a clause without names pairs with an atom over no name.
+    ``2 * paired / (clauses + atoms)``, in [0, 1]: an atom the English never says (an extra
+    ``(clear b)``), a clause without its atom and an atom of another predicate each cost. Atoms of a
+    static predicate (no action changes it) that no clause names count neither way: the domain's
+    structure, which PlanBench's English leaves out (Logistics' ``(truck truck_0)``). None where the
+    statement is not in PlanBench's layout; 0 for a problem that does not parse."""
+    from omtr.statement import read_statement
+
+    if read_statement(nl).layout != "planbench":
+        return None
+    got = statement_atoms(nl, domain, problem)
+    if got is None:
+        return 0.0
+    clauses, atoms = got
+    if not clauses and not atoms:
+        return None
+    names = read_statement(nl).norm_names
+    said = {c.predicate.lower() for c in clauses if c.predicate}
+    static = _domain_predicates(domain)[1] - said  # the domain's structure the English leaves out
+    atoms = [(p, a) for p, a in atoms if a[0] not in static]  # (Logistics' (truck truck_0)): no clause to pair with
+    free = {part: [a for p, a in atoms if p == part] for part in ("init", "goal")}
+    paired: set[int] = set()
+    credit = 0.0
+    for exact in (True, False):  # exact pairings first, then the same names in another order
+        for i, c in enumerate(clauses):
+            if i in paired:
+                continue
+            for a in c.atoms:
+                if a not in free[c.part] or (c.predicate is not None and a[0] != c.predicate.lower()):
+                    continue
+                ordered = c.key == _atom_key(a, names)
+                if exact and not ordered:
+                    continue
+                free[c.part].remove(a)
+                credit += 1.0 if ordered else 0.5
+                paired.add(i)
+                break
+    return round(2.0 * credit / (len(clauses) + len(atoms)), 6)
+
+
+def _atom_text(atom: tuple) -> str:
+    return "(" + " ".join(atom) + ")"
+
+
+def clause_context(atoms: Sequence[tuple]) -> str:
+    """The text a clause is scored after: the atom(s) written for it, then the request to say it in
+    English (no atoms: the same request alone, for log p(clause))."""
+    return f"{CLAUSE_HEAD}{' '.join(_atom_text(a) for a in atoms)}{CLAUSE_ASK}"
+
+
+def clause_likelihoods(scorer, nl: str, domain: str | None,
+                       problems: Sequence[str | None]) -> list[dict[str, float] | None]:
+    """The reviewer likelihood clause by clause: per problem, for each clause of the statement, the
+    best over the atoms written for it (:func:`statement_atoms`) of
+    (log p(clause | atom) - log p(clause)) per clause token, the backbone with adapters off; a clause
+    with no atom gains 0. Returns ``{"mean", "min"}`` over the clauses per problem (None for a
+    ``None`` problem, one that does not parse, or a statement not in PlanBench's layout). Each
+    (clause, atom) pair is scored once for all the problems: ``scorer`` has
+    :meth:`BackboneScorer.logprobs`."""
+    read = [statement_atoms(nl, domain, p) if p else None for p in problems]
+    wanted: dict[str, set] = {}
+    for got in read:
+        for c in (got[0] if got else []):
+            wanted.setdefault(c.text, set()).update(c.atoms)
+    gains: dict[tuple[str, tuple], float] = {}
+    for text, atoms in wanted.items():
+        if not text:
+            continue
+        ordered = sorted(atoms)
+        res = scorer.logprobs([clause_context(())] + [clause_context((a,)) for a in ordered], text)
+        prior, n = res[0]
+        for a, (lp, _) in zip(ordered, res[1:]):
+            g = reviewer_score(lp, prior, n)
+            if g is not None:
+                gains[(text, a)] = g
+    out: list[dict[str, float] | None] = []
+    for got in read:
+        if not got or not got[0]:
+            out.append(None)
+            continue
+        per = [max([gains[(c.text, a)] for a in c.atoms if (c.text, a) in gains], default=0.0) for c in got[0]]
+        out.append({"mean": round(sum(per) / len(per), 6), "min": round(min(per), 6)})
+    return out
+
+
 # ----------------------------------------------------------------------------- choosing by a signal
 
 
@@ -327,6 +511,7 @@ def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[flo
     return w
 
 
-__all__ = ["BackboneScorer", "agreement", "broken_invariants", "choose", "clusters", "counts_in_a_sound_state", "domain_invariants", "equivalence_matrix",
+__all__ = ["BackboneScorer", "ClauseAtoms", "agreement", "broken_invariants", "choose", "clause_context",
+           "clause_likelihoods", "clusters", "counts_in_a_sound_state", "domain_invariants", "equivalence_matrix",
            "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
-           "statement_of", "violated_groups"]
+           "statement_atoms", "statement_of", "typed_grounding", "violated_groups"]

@@ -33,16 +33,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from omtr.statement import (  # noqa: F401  (statement_parts and the names are part of this module's API)
-    STATEMENT, TEMPLATE_WORDS, _norm, name_parts, read_statement, statement_parts,
+    STATEMENT, TEMPLATE_WORDS, _norm, name_of as _name_of, name_parts, read_statement, statement_parts,
 )
-
-
-def _name_of(arg: str, names: set[str]) -> str | None:
-    a = arg.lower()
-    if _norm(a) in names:
-        return _norm(a)
-    hits = [p for p in name_parts(a) if p in names]
-    return hits[0] if len(hits) == 1 else None
 
 
 def _atom_keys(atoms: Sequence[Sequence[str]], names: set[str]) -> list[tuple]:
