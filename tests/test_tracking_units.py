@@ -80,7 +80,9 @@ def test_limits_and_signature():
     sig = signature()
     assert [(c.name, c.required) for c in sig.inputs.inputs] == [("task", True), ("family", False), ("domain", False)]
     assert [c.name for c in sig.outputs.inputs][:3] == ["task", "domain", "problem"]
-    assert {p.name for p in sig.params.params} == {"budget", "max_new_tokens", "select"}
+    assert {p.name for p in sig.params.params} == {"budget", "max_new_tokens", "select", "abstain", "library"}
+    outputs = {c.name for c in sig.outputs.inputs}
+    assert {"support", "support_reasons", "domain_source", "domain_reason"} <= outputs  # every answer's verdict
 
 
 def test_content_keys_and_profiles():
