@@ -68,7 +68,9 @@ class UpdateMixin:
         pass's time with the `small` profile's two minibatches). The gap ``log p_engine - log
         p_policy`` of every step is summed for :meth:`_engine_kl`."""
         self._engine_gap = [0.0, 0]
-        first = self._first_step(items, judge_items) if self.cfg.reuse_first_logprobs else set()
+        # with dropout in the adapters the update's (training-mode) pass would not give the same values
+        exact = not any(getattr(m.cfg, "lora_dropout", 0.0) for m in self.distinct)
+        first = self._first_step(items, judge_items) if self.cfg.reuse_first_logprobs and exact else set()
         todo_all = [it for it in items if it.tokens and not it.skip and it.role in GEN_ROLES]
         for it in todo_all:
             it.old_pending = id(it) in first
