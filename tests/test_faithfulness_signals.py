@@ -324,3 +324,42 @@ def test_signals_module_cannot_reach_a_reference():
         fn = obj.__init__ if inspect.isclass(obj) else obj
         params = set(inspect.signature(fn).parameters)
         assert not params & {"task", "reference", "ref", "task_reference"}, (name, params)
+
+
+def test_typed_grounding_scores_every_reference_one_and_reads_type_clauses():
+    """Every PlanBench reference (every 25th task of each family, spelled as its English spells it)
+    and every generator family's references score 1. Generated Logistics states its airports as a
+    type ("location_0_0 is an airport"): the declaration `location_0_0 - airport` is that clause's
+    pairing; declared as a plain location, the clause has none."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.tasks.generators import generate
+    from omtr.tasks.planbench import import_planbench
+    from omtr.tasks.planbench_data import shipped_root
+
+    tasks = import_planbench(shipped_root())[::25]
+    for fam in ("blocksworld", "mystery_blocksworld", "gripper", "logistics"):
+        tasks += generate(fam, 4, 7, verify=False)
+    assert {t.family for t in tasks} >= {"blocksworld", "mystery_blocksworld", "logistics", "depots", "gripper"}
+    low = [(t.id, S.typed_grounding(t.nl, t.reference.domain, spelled_problem(t))) for t in tasks]
+    assert all(g == 1.0 for _, g in low), [x for x in low if x[1] != 1.0]
+    t = generate("logistics", 1, 7, verify=False)[0]
+    p = spelled_problem(t)
+    airport = next(w for w in t.nl.split("As initial conditions")[1].split(", ") if w.endswith("is an airport"))
+    name = airport.split()[0]
+    i = p.index(name, p.index("(:objects"))
+    retyped = p[:i] + p[i:].replace(" - airport", " - location", 1)  # its group declared plain locations
+    assert retyped != p
+    g = S.grounding(t.nl, t.reference.domain, retyped)
+    assert g.score < 1.0 and airport.strip() in g.unpaired
+
+
+def test_typed_grounding_stands_aside_for_a_problem_in_its_own_names():
+    """PlanBench's own problems call "the red block" `a`: no pairing can be read (None), rather than
+    a score that would call the faithful reference unfaithful; one statement name used is enough to read it."""
+    from omtr.tasks.planbench import import_config
+    from omtr.tasks.planbench_data import shipped_root
+
+    t = min(import_config(shipped_root(), "blocksworld"), key=lambda t: len(t.nl))
+    assert S.typed_grounding(t.nl, t.reference.domain, t.reference.problem) is None
+    nl, d, p = _planbench("blocksworld")
+    assert S.typed_grounding(nl, d, p) == 1.0

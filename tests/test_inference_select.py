@@ -190,7 +190,7 @@ def test_greedy_mode_is_the_loop_unchanged(env, pool):
 
 def test_bad_select_values_are_config_errors(env):
     assert check_select("invariants") == "invariants"
-    with pytest.raises(ConfigError, match="select must be one of greedy, invariants; got 'best'"):
+    with pytest.raises(ConfigError, match="select must be one of greedy, invariants, supported; got 'best'"):
         check_select("best")
     with pytest.raises(ConfigError, match="--select must be one of"):
         check_select(None, what="--select")
@@ -258,7 +258,7 @@ def test_a_bad_select_value_is_a_clear_error(given_tasks, tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             main([*argv, "--tasks", str(d / "tasks.jsonl"), "--select", "best"])
         assert e.value.code == 2
-        assert "--select: invalid choice: 'best' (choose from 'greedy', 'invariants')" in capsys.readouterr().err
+        assert "--select: invalid choice: 'best' (choose from 'greedy', 'invariants', 'supported')" in capsys.readouterr().err
     assert main(["-q", "evaluate", "--policy", "oracle", "--tasks", str(d / "tasks.jsonl"), "--select", "invariants",
                  "--out", str(tmp_path / "o")]) == 2
     assert "--select invariants samples omtr's role model (--policy model); oracle cannot" in capsys.readouterr().err
@@ -321,8 +321,33 @@ def test_served_model_selects_by_request_param_or_config(env):
     with pytest.raises(MlflowException) as e:
         py.predict(None, req, params={"select": "majority"})
     assert e.value.get_http_status_code() == 400
-    assert "bad params: select must be one of greedy, invariants; got 'majority'" in e.value.message
+    assert "bad params: select must be one of greedy, invariants, supported; got 'majority'" in e.value.message
     py2 = _served(env, nl, BROKEN1, [GOOD], ServingLimits(budget=3, select="invariants"))
     assert json.loads(py2.predict(None, req).loc[0, "selection"])["selected"] == 1
-    with pytest.raises(ValueError, match="select must be one of greedy, invariants; got 'best'"):
+    with pytest.raises(ValueError, match="select must be one of greedy, invariants, supported; got 'best'"):
         ServingLimits(select="best")
+
+
+def test_supported_mode_goes_on_past_a_solved_spec_that_misstates_the_goal(env):
+    """A generated BlocksWorld task (PlanBench's layout): the greedy spec is solved and breaks no
+    invariant, but its goal is not the English's (typed grounding < 1). ``invariants`` stops there;
+    ``supported`` draws on and answers the sample that states every clause."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.tasks.generators import generate
+
+    g = generate("blocksworld", 1, 4417, split="test", min_objects=3, max_objects=3, verify=False)[0]
+    t = TrainingTask("s0", "blocksworld", None, g.nl, domain=g.reference.domain)
+    right = spelled_problem(g)
+    goal = right[right.index("(:goal"):]
+    wrong = right.replace(goal, "(:goal (and (on red orange))))")  # solvable, but not the task's goal
+    assert wrong != right
+    for mode, calls, picked in (("invariants", 1, 0), ("supported", 2, 1)):
+        policy = _policy([t], {"s0": _fenced(wrong)}, {"s0": [_fenced(right)]})
+        (ep,) = run_selected([t], policy, env, budget=4, sampling=Sampling(greedy=True, seed=0), mode=mode)
+        assert ep.planner_calls == calls and ep.selected == picked and ep.success, (mode, ep.selection)
+        sel = ep.to_json()["selection"]
+        assert sel["mode"] == mode
+    assert sel["support"] == ["unsupported", "supported"] and sel["grounding"][1] == 1.0 > sel["grounding"][0]
+    assert "supported" in sel["reason"] and ep.support.verdict == "supported"
+    with pytest.raises(ConfigError, match="selection mode"):
+        run_selected([t], policy, env, budget=2, mode="greedy")

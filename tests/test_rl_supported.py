@@ -114,3 +114,29 @@ def test_collapse_guard_reports_shares_clusters_and_changes():
     assert second["top_cluster_changed"] == 1.0  # x was on top, now y
     third = g.observe({"t": [("d", "y9")]})
     assert third["top_cluster_changed"] == 0.0
+
+
+def test_supported_pays_in_full_only_a_problem_that_states_each_clause():
+    """PlanBench Mystery's real text: the spelled reference scores 1; the same problem with a
+    clause's atom written under another predicate (no invariant broken, still solved) scores
+    ungrounded_credit * typed grounding; with grounding off the invariants alone decide (1)."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.faithfulness.signals import typed_grounding
+    from omtr.tasks.planbench import import_config
+    from omtr.tasks.planbench_data import shipped_root
+
+    t = min(import_config(shipped_root(), "mystery_blocksworld"), key=lambda t: len(t.nl))
+    d, p = t.reference.domain, spelled_problem(t).lower()
+    i = p.index("(craves", p.index("(:init"))
+    atom = p[i:p.index(")", i) + 1]
+    wrong = p.replace(atom, f"(province {atom.split()[1]})", 1)
+    g = typed_grounding(t.nl, d, wrong)
+    assert 0 < g < 1
+    kw = dict(verdicts=[_solved(), _solved()], problems=[p, wrong], domains=[d, d], nls=[t.nl, t.nl])
+    assert supported_score([""] * 2, **kw) == [1.0, round(0.5 * g, 6)]
+    assert supported_score([""] * 2, **kw, ungrounded_credit=0.0) == [1.0, 0.0]
+    assert supported_score([""] * 2, **kw, grounding=False) == [1.0, 1.0]
+    cfg = TrainConfig(reward="supported")
+    assert cfg.grounding_support and cfg.ungrounded_credit == 0.5
+    with pytest.raises(Exception, match="ungrounded_credit"):
+        TrainConfig(ungrounded_credit=2.0)

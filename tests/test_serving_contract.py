@@ -222,7 +222,7 @@ def test_select_param_reaches_the_model_and_a_bad_value_is_400(served):
     status, out = _invoke_or_error(served, body)
     assert status == 200 and out["predictions"][0]["selection"] == ""
     status, out = _invoke_or_error(served, {**body, "params": {"select": "majority"}})
-    assert status == 400 and "select must be one of greedy, invariants; got 'majority'" in out["message"]
+    assert status == 400 and "select must be one of greedy, invariants, supported; got 'majority'" in out["message"]
 
 
 # ------------------------------------------------------------------------------- given domains

@@ -7,7 +7,7 @@ import sys
 
 from omtr.cli import CliError, add_command
 
-SELECT_CHOICES = ("greedy", "invariants")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
+SELECT_CHOICES = ("greedy", "invariants", "supported")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
 
 EXAMPLES = """  omtr tasks import-planbench --out planbench.jsonl
   omtr evaluate --policy oracle --tasks planbench.jsonl --out eval/oracle          # harness check: 100%
@@ -44,7 +44,8 @@ repairs: the greedy spec first; while the answer is unsolved or its initial stat
 domain's mutex invariants, a sample at temperature 0.7, one planner call each; the answer is the
 best candidate (solved with a plan, fewest broken invariants, agreement, earliest). Each trace line
 then has a "selection" block (candidates, broken counts, the chosen index and why) and metrics.json
-a "selection" summary. greedy (the default) is the Actor-then-Editor loop.
+a "selection" summary. --select supported asks more of a candidate: its whole support verdict
+(clauses grounded one to one, objects named by the English) must be supported. greedy (the default) is the Actor-then-Editor loop.
 """
 
 

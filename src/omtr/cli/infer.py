@@ -10,7 +10,7 @@ import sys
 
 from omtr.cli import CliError, add_command, finished_ids
 
-SELECT_CHOICES = ("greedy", "invariants")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
+SELECT_CHOICES = ("greedy", "invariants", "supported")  # omtr.inference.select.SELECT_MODES (kept here: --help imports no loop)
 
 EXAMPLES = """  omtr infer --model small --tasks my_tasks.jsonl --out traces.jsonl
   omtr infer --model runs/model --tasks bw.jsonl --budget 6 --batch-size 8 --workers 2 --out traces.jsonl
@@ -49,6 +49,9 @@ invariants (the given domain, or the spec's own in the full mode), one more samp
 0.7 (seeded --seed + round), one planner call each; the answer is the best candidate (solved with a
 plan, fewest broken invariants, agreement among the solved ones, earliest). Each trace line then
 carries "selection": the candidates, their verdicts and broken counts, the chosen index and why.
+--select supported does the same with the whole support verdict: a candidate ends the search only when
+it is supported (no broken invariant, every object named by the English and, for a statement omtr
+reads, every clause stated by the atom of its own predicate and no atom more).
 A scripted answers line may hold "samples": [...], the answers a sampled Actor gives in turn.
 """
 
@@ -81,7 +84,8 @@ def register(sub) -> None:
     p.add_argument("--no-judge", action="store_true", help="skip the Judge's scores")
     p.add_argument("--select", choices=SELECT_CHOICES, default="greedy",
                    help="greedy: the Actor's spec, then Editor repairs (default); invariants: Actor samples within "
-                        "the budget, the answer the one solved with no broken mutex invariant")
+                        "the budget, the answer the one solved with no broken mutex invariant; supported: the same, "
+                        "the answer the one whose support verdict is supported (clauses grounded, objects named)")
     p.add_argument("--abstain", action="store_true",
                    help="answer no spec rather than one whose support verdict is unsupported or trivial (the trace "
                         "keeps the steps and says abstained)")

@@ -402,28 +402,64 @@ def statement_atoms(nl: str, domain: str | None, problem: str | None) -> tuple[l
     return out, [("init", a) for a in init] + [("goal", a) for a in goal]
 
 
-def typed_grounding(nl: str, domain: str | None, problem: str | None) -> float | None:
-    """The statement-vs-atoms F1 of :func:`omtr.rl.grounding.grounding_score` with predicates: a clause
-    pairs with one atom of its part over its names (1 in the clause's order, 0.5 in another) and, where
-    the clause's words name a predicate of the given domain (:func:`omtr.statement.clause_predicate`:
-    "is on the table": ``ontable``; "object b craves object c": ``craves``; "the hand is empty":
-    ``handempty``), of that predicate; a clause without names pairs with an atom over no name.
-    ``2 * paired / (clauses + atoms)``, in [0, 1]: an atom the English never says (an extra
-    ``(clear b)``), a clause without its atom and an atom of another predicate each cost. Atoms of a
-    static predicate (no action changes it) that no clause names count neither way: the domain's
-    structure, which PlanBench's English leaves out (Logistics' ``(truck truck_0)``). None where the
-    statement is not in PlanBench's layout; 0 for a problem that does not parse."""
+@dataclass(frozen=True)
+class Grounding:
+    """How a problem's atoms pair with the statement's clauses (:func:`grounding`): ``score`` the F1
+    in [0, 1]; ``unpaired`` the clauses (their English) with no atom of theirs; ``unsaid`` the atoms
+    (as ``(part, atom)``) no clause states."""
+
+    score: float
+    unpaired: tuple = ()
+    unsaid: tuple = ()
+
+
+def _problem_types(problem: str | None) -> dict[str, str]:
+    from omtr.pddl.model import SpecError, parse_problem
+
+    try:
+        return {o.lower(): str(t).lower() for o, t in parse_problem(problem or "").objects.items()}
+    except (SpecError, RecursionError):
+        return {}
+
+
+def _type_words(domain: str | None, typ: str) -> set[str]:
+    """A type and its ancestors in the given domain, each also split at ``-``/``_`` (``truck``,
+    ``vehicle``): the words a clause may use to say an object is of that type."""
+    from omtr.pddl.model import SpecError, parse_domain
+
+    names = {typ}
+    try:
+        dom = parse_domain(domain or "")
+    except (SpecError, RecursionError):
+        dom = None
+    if dom is not None:
+        todo = [typ]
+        while todo:
+            for parent in dom.types.get(todo.pop(), ()):
+                if parent not in names and parent != "object":
+                    names.add(parent)
+                    todo.append(parent)
+    return {w for n in names for w in (n, *re.split(r"[-_]", n)) if w and w != "object"}
+
+
+def grounding(nl: str, domain: str | None, problem: str | None) -> Grounding | None:
+    """The pairing behind :func:`typed_grounding`, with what is left over: None where the statement
+    is not in PlanBench's layout or says nothing; a score of 0 for a problem that does not parse."""
     from omtr.statement import read_statement
 
-    if read_statement(nl).layout != "planbench":
+    reading = read_statement(nl)
+    if reading.layout != "planbench":
         return None
     got = statement_atoms(nl, domain, problem)
     if got is None:
-        return 0.0
+        return Grounding(0.0)
     clauses, atoms = got
     if not clauses and not atoms:
         return None
-    names = read_statement(nl).norm_names
+    names = reading.norm_names
+    objects = _problem_types(problem)
+    if objects and names and not any(re.sub(r"[^a-z0-9]", "", o) in names for o in objects):
+        return None  # its own names for every object (PlanBench's `a` for "the red block"): no pairing to read
     said = {c.predicate.lower() for c in clauses if c.predicate}
     static = _domain_predicates(domain)[1] - said  # the domain's structure the English leaves out
     atoms = [(p, a) for p, a in atoms if a[0] not in static]  # (Logistics' (truck truck_0)): no clause to pair with
@@ -444,7 +480,46 @@ def typed_grounding(nl: str, domain: str | None, problem: str | None) -> float |
                 credit += 1.0 if ordered else 0.5
                 paired.add(i)
                 break
-    return round(2.0 * credit / (len(clauses) + len(atoms)), 6)
+    # A clause that gives one object a type ("location_0_0 is an airport") is stated by the object's
+    # declaration in a typed domain (``location_0_0 - airport``), not by an atom: it pairs with that
+    # declaration, which counts on the atoms' side too.
+    declared = 0
+    types = objects if any(i not in paired and len(c.key) == 1 for i, c in enumerate(clauses)) else {}
+    if types:
+        by_norm = {re.sub(r"[^a-z0-9]", "", o): t for o, t in types.items()}
+        for i, c in enumerate(clauses):
+            if i in paired or len(c.key) != 1 or c.part != "init":
+                continue
+            typ = by_norm.get(c.key[0])
+            words = {w for w in re.findall(r"[a-z0-9_-]+", c.text.lower()) if re.sub(r"[^a-z0-9]", "", w) != c.key[0]}
+            if typ and typ != "object" and _type_words(domain, typ) & words:
+                paired.add(i)
+                credit += 1.0
+                declared += 1
+    score = round(2.0 * credit / (len(clauses) + len(atoms) + declared), 6)
+    unpaired = tuple(c.text for i, c in enumerate(clauses) if i not in paired)
+    unsaid = tuple((part, a) for part in ("init", "goal") for a in free[part])
+    return Grounding(score, unpaired, unsaid)
+
+
+def typed_grounding(nl: str, domain: str | None, problem: str | None) -> float | None:
+    """The statement-vs-atoms F1 of :func:`omtr.rl.grounding.grounding_score` with predicates: a clause
+    pairs with one atom of its part over its names (1 in the clause's order, 0.5 in another) and, where
+    the clause's words name a predicate of the given domain (:func:`omtr.statement.clause_predicate`:
+    "is on the table": ``ontable``; "object b craves object c": ``craves``; "the hand is empty":
+    ``handempty``), of that predicate; a clause without names pairs with an atom over no name.
+    ``2 * paired / (clauses + atoms)``, in [0, 1]: an atom the English never says (an extra
+    ``(clear b)``), a clause without its atom and an atom of another predicate each cost. Atoms of a
+    static predicate (no action changes it) that no clause names count neither way: the domain's
+    structure, which PlanBench's English leaves out (Logistics' ``(truck truck_0)``). A clause that
+    gives one object a type ("location_0_0 is an airport") pairs with that object's declaration of
+    the type (or a subtype) in a typed domain. None where the statement is not in PlanBench's
+    layout or the problem names none of its objects as the statement does (PlanBench's own problems
+    call "the red block" ``a``: the pairing cannot be read, and the renaming is the checker's to
+    judge, with a reference); 0 for a problem that does not parse. Every PlanBench reference and every generator
+    family's scores 1 (tests/test_faithfulness_signals.py)."""
+    g = grounding(nl, domain, problem)
+    return None if g is None else g.score
 
 
 def _atom_text(atom: tuple) -> str:
@@ -514,4 +589,4 @@ def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[flo
 __all__ = ["BackboneScorer", "ClauseAtoms", "agreement", "broken_invariants", "choose", "clause_context",
            "clause_likelihoods", "clusters", "counts_in_a_sound_state", "domain_invariants", "equivalence_matrix",
            "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
-           "statement_atoms", "statement_of", "typed_grounding", "violated_groups"]
+           "statement_atoms", "statement_of", "typed_grounding", "violated_groups", "Grounding", "grounding"]

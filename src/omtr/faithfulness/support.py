@@ -10,8 +10,12 @@ and never a reference spec, and answers one of:
 * ``unsupported``: the planner did not accept the spec, or an annotation-free signal speaks against
   it: the initial state breaks a mutex invariant of the domain (:mod:`omtr.faithfulness.signals`),
   the problem declares objects the English never mentions (more of them than the English's names it
-  leaves unused), the written domain's predicates or actions carry object names (numbers) in their
-  own names, or, when a threshold is given, the Judge's score is below it;
+  leaves unused), the problem's atoms do not state the English's clauses one to one (where the
+  statement is read: :func:`omtr.faithfulness.signals.grounding`, a clause without the atom of the
+  predicate its words name, or an atom the English never states; AUC 0.98 between faithful and
+  solved-but-unfaithful samples, docs/results/faithfulness-signals-families-2026-12-05.md), the
+  written domain's predicates or actions carry object names (numbers) in their own names, or, when
+  a threshold is given, the Judge's score is below it;
 * ``supported``: solved with a non-empty plan and no signal against it.
 
 Each verdict comes with its reasons, one sentence per signal that applies. The Judge's score enters
@@ -143,6 +147,33 @@ def goal_holds(init: Sequence, goal) -> bool | None:
     return ev(goal)
 
 
+def _atom_str(atom: tuple) -> str:
+    return "(" + " ".join(atom) + ")"
+
+
+def grounding_reason(nl: str, domain: str | None, problem: str | None) -> str | None:
+    """Why the problem's atoms and the statement's clauses do not pair one to one
+    (:func:`omtr.faithfulness.signals.grounding`: each clause with an atom of the predicate its words
+    name, no atom the English never states), or None where they do or the statement is not read
+    (free English)."""
+    from omtr.faithfulness.signals import grounding
+
+    g = grounding(nl, domain, problem)
+    if g is None or g.score >= 1.0:
+        return None
+    bits = []
+    if g.unpaired:
+        shown = "; ".join(f"'{t}'" for t in g.unpaired[:3])
+        bits.append(f"{len(g.unpaired)} clause(s) of the English without their atom ({shown}"
+                    + (", ..." if len(g.unpaired) > 3 else "") + ")")
+    if g.unsaid:
+        shown = ", ".join(_atom_str(a) for _, a in g.unsaid[:4])
+        bits.append(f"{len(g.unsaid)} atom(s) the English never states ({shown}"
+                    + (", ..." if len(g.unsaid) > 4 else "") + ")")
+    return (f"the problem does not state the task's clauses one to one (typed grounding {g.score:.2f}"
+            + (": " + "; ".join(bits) if bits else "") + ")")
+
+
 def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
             category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
             judge_threshold: float | None = None, context: str = "") -> Support:
@@ -183,6 +214,10 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
         if len(missing) > unused:
             against.append(f"{len(missing)} object(s) the English never mentions: {', '.join(missing[:5])}"
                            + (f" (only {unused} of its names are unused)" if unused else ""))
+    if prob is not None:
+        why = grounding_reason(nl, domain, problem)
+        if why:
+            against.append(why)
     if domain_written and domain:
         from omtr.pddl.model import SpecError, parse_domain
 
@@ -199,11 +234,18 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
         against.append(f"the Judge's score {judge_score:.2f} is below {judge_threshold:.2f}")
     if against:
         return Support(UNSUPPORTED, tuple(against))
-    why = ["solved with a plan; no mutex invariant broken, every object mentioned"]
+    why = ["solved with a plan; no mutex invariant broken, every object mentioned"
+           + (", every clause of the English stated by its atom" if _read(nl) else "")]
     if judge_score is not None and judge_threshold is None:
         why.append(f"Judge {judge_score:.2f} (reported, not used: not shown to separate)")
     return Support(SUPPORTED, tuple(why))
 
 
-__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds",
+def _read(nl: str) -> bool:
+    from omtr.statement import read_statement
+
+    return read_statement(nl).layout == "planbench"
+
+
+__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds", "grounding_reason",
            "mentioned", "support", "unmentioned_objects"]

@@ -147,16 +147,21 @@ class Episode:
         unsupported or trivial, with reasons), read from the English and the spec alone."""
         f = self.final
         if self._support is None or self._support[0] is not f:
-            from omtr.faithfulness.support import support
-
-            v = f.verdict if f is not None else None
-            self._support = f, support(
-                self.task.nl, f.domain if f else None, f.problem if f else None,
-                solved=bool(v and v.success), plan=(v.plan if v else None),
-                category=(v.category.value if v is not None and v.category else None),
-                domain_written=self.mode == "full", judge_score=self.judge_score,
-                context=str((self.task.meta or {}).get("domain_description") or ""))
+            self._support = f, self.support_of(f)
         return self._support[1]
+
+    def support_of(self, f: "Step | None", *, judge_score: float | None = None):
+        """The support verdict of one step's spec (any candidate, not only the answer) for this task."""
+        from omtr.faithfulness.support import support
+
+        v = f.verdict if f is not None else None
+        return support(
+            self.task.nl, f.domain if f else None, f.problem if f else None,
+            solved=bool(v and v.success), plan=(v.plan if v else None),
+            category=(v.category.value if v is not None and v.category else None),
+            domain_written=self.mode == "full",
+            judge_score=self.judge_score if f is self.final and judge_score is None else judge_score,
+            context=str((self.task.meta or {}).get("domain_description") or ""))
 
     @property
     def abstained(self) -> bool:

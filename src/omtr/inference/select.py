@@ -20,6 +20,14 @@ where broken mutex invariants separate faithful from solved-but-unfaithful sampl
    checker-equivalence of generated specs, computed only when at least two solved candidates are
    still tied and there are at most :data:`AGREEMENT_MAX` of them); earliest drawn.
 
+``supported`` is ``invariants`` with the whole support verdict (:func:`omtr.faithfulness.support.support`)
+in place of the invariant check alone: a candidate stops the episode only when it is ``supported``
+(solved with a plan, no broken invariant, no object the English never mentions, and, where the
+statement is read, its atoms state the English's clauses one to one: typed grounding 1, AUC 0.98
+between faithful and solved-but-unfaithful samples in
+``docs/results/faithfulness-signals-families-2026-12-05.md``), and the best candidate ranks a
+supported one first, then fewest broken groups, then the highest typed grounding.
+
 No Editor runs under selection: every planner call goes to an Actor sample. The Editor repairs a
 spec from the planner's diagnostic, and what makes a failing spec pass is most often a changed
 initial state, the very hack the invariant check is there to refuse; independent samples are what
@@ -47,7 +55,8 @@ log = logging.getLogger(__name__)
 
 GREEDY = "greedy"
 INVARIANTS = "invariants"
-SELECT_MODES = (GREEDY, INVARIANTS)
+SUPPORTED = "supported"
+SELECT_MODES = (GREEDY, INVARIANTS, SUPPORTED)
 DEFAULT_SELECT = GREEDY
 SAMPLE_TEMPERATURE = 0.7
 AGREEMENT_MAX = 6  # solved candidates still tied beyond which agreement is not computed (pairs grow as n^2)
@@ -73,6 +82,7 @@ class SelectedEpisode(Episode):
 
     selected: int = 0
     selection: dict = field(default_factory=dict)
+    select_mode: str = INVARIANTS
 
     @property
     def final(self) -> Step | None:
@@ -102,16 +112,33 @@ class _Assessed:
     with_plan: bool  # solved with a non-empty plan
     broken: int | None  # broken mutex groups of a solved candidate's initial state; None: unknown / not solved
     invariants: str  # how ``broken`` was read: "checked", "none in the domain", "unreadable", "not solved"
+    verdict: str | None = None  # the support verdict (``supported`` mode only): supported, unsupported, trivial
+    grounding: float | None = None  # typed grounding (``supported`` mode, a statement that is read); None: not read
+    reasons: tuple = ()  # the support verdict's reasons
 
     @property
     def accepted(self) -> bool:
-        return self.with_plan and self.broken == 0
+        return self.with_plan and self.broken == 0 and self.verdict in (None, "supported")
 
 
-def assess(step: Step) -> _Assessed:
+def assess(step: Step, episode: Episode | None = None, mode: str = INVARIANTS) -> _Assessed:
     """A candidate's verdict and, when solved, how many of its domain's mutex groups its initial
     state breaks (the domain is the step's: the given one in the domain-given mode, the spec's own
-    in the full mode). A domain from which no invariant is synthesised breaks nothing (0, noted)."""
+    in the full mode). A domain from which no invariant is synthesised breaks nothing (0, noted).
+    Under ``supported`` (with the candidate's ``episode``), a solved candidate also gets its support
+    verdict (:meth:`Episode.support_of`: every annotation-free signal, objects the English never
+    mentions and the clauses' grounding included) and its typed grounding."""
+    a = _assess_invariants(step)
+    if mode != SUPPORTED or episode is None or not a.solved:
+        return a
+    from omtr.faithfulness.signals import typed_grounding
+
+    sup = episode.support_of(step, judge_score=step.judge_score)
+    g = typed_grounding(episode.task.nl, step.domain, step.problem) if step.domain and step.problem else None
+    return replace(a, verdict=sup.verdict, grounding=g, reasons=tuple(sup.reasons))
+
+
+def _assess_invariants(step: Step) -> _Assessed:
     v = step.verdict
     solved = bool(v.success)
     with_plan = solved and bool(v.plan)
@@ -144,7 +171,8 @@ def choose_candidate(steps: Sequence[Step], assessed: Sequence[_Assessed], *,
 
     def base(i: int) -> tuple:
         a = assessed[i]
-        return (a.with_plan, a.solved, -(a.broken if a.broken is not None else unknown))
+        return (a.with_plan, a.solved, a.verdict == "supported", -(a.broken if a.broken is not None else unknown),
+                -1.0 if a.grounding is None else a.grounding)
 
     best = max(base(i) for i in range(len(steps)))
     tied = [i for i in range(len(steps)) if base(i) == best]
@@ -164,7 +192,9 @@ def choose_candidate(steps: Sequence[Step], assessed: Sequence[_Assessed], *,
         pick = min(tied)
     a = assessed[pick]
     who = "the greedy spec" if pick == 0 else f"sample {pick}"
-    if a.accepted:
+    if a.accepted and a.verdict == "supported":
+        reason = f"{who} is solved with a plan and supported: " + "; ".join(a.reasons)
+    elif a.accepted:
         reason = f"{who} is solved with a plan and breaks no mutex invariant"
         if a.invariants == "none in the domain":
             reason = f"{who} is solved with a plan (the domain yields no mutex invariant to check)"
@@ -172,8 +202,11 @@ def choose_candidate(steps: Sequence[Step], assessed: Sequence[_Assessed], *,
         reason = "no candidate was solved: the greedy spec" if pick == 0 else f"no candidate was solved: {who}"
     else:
         what = ("an empty plan" if not a.with_plan else
+                f"{a.broken} broken mutex group(s)" if a.broken else
+                f"{a.verdict}: " + "; ".join(a.reasons) if a.verdict and a.broken is not None else
                 f"{a.broken} broken mutex group(s)" if a.broken is not None else "an initial state the check cannot read")
-        reason = f"no candidate solved and unbroken; {who} has the best left: {what}"
+        reason = (f"no candidate solved and {'supported' if a.verdict else 'unbroken'}; "
+                  f"{who} has the best left: {what}")
         if agree is not None:
             reason += f", tie among {len(tied)} broken equally, broken by agreement {agree[pick]:.2f}"
         elif len(tied) > 1:
@@ -193,8 +226,9 @@ def run_selected(
     on_episode: Callable[[Episode], None] | None = None,
     temperature: float = SAMPLE_TEMPERATURE,
     agreement_max: int = AGREEMENT_MAX,
+    mode: str = INVARIANTS,
 ) -> list[SelectedEpisode]:
-    """The ``invariants`` mode on ``tasks``: see the module docstring. ``sampling`` is the greedy
+    """The ``invariants`` or ``supported`` mode (``mode``) on ``tasks``: see the module docstring. ``sampling`` is the greedy
     decoding of candidate 0 (its ``max_new_tokens``, ``top_p`` and ``seed`` carry over to the samples;
     sample round r is seeded ``seed + r`` when a seed is given). Rounds are batched across the tasks
     still open, each through :func:`run_episodes` with a budget of one call (the Actor alone).
@@ -209,7 +243,11 @@ def run_selected(
     first = run_episodes(tasks, policy, env, budget=1, sampling=greedy, batch_size=batch_size, judge=judge)
     episodes = [SelectedEpisode(task=e.task, budget=budget, steps=list(e.steps), wall_ms=e.wall_ms, rules=e.rules,
                                 reading=e.reading) for e in first]
-    assessed: list[list[_Assessed]] = [[assess(e.steps[0])] for e in episodes]
+    if mode not in (INVARIANTS, SUPPORTED):
+        raise ConfigError(f"selection mode must be {INVARIANTS} or {SUPPORTED}; got {mode!r}")
+    for ep in episodes:
+        ep.select_mode = mode
+    assessed: list[list[_Assessed]] = [[assess(e.steps[0], e, mode)] for e in episodes]
     drawn: list[list[str]] = [["greedy"] for _ in episodes]
     open_ = []
     for i, ep in enumerate(episodes):
@@ -231,7 +269,7 @@ def run_selected(
             ep.steps.append(step)
             step.planner_calls = len(ep.steps)
             ep.wall_ms += e.wall_ms
-            assessed[i].append(assess(step))
+            assessed[i].append(assess(step, ep, mode))
             drawn[i].append(f"t={temperature:g}" + (f" seed={seed}" if seed is not None else ""))
             if assessed[i][-1].accepted or len(ep.steps) >= budget:
                 _decide(ep, assessed[i], drawn[i], agreement_max, on_episode)
@@ -247,7 +285,7 @@ def _decide(ep: SelectedEpisode, assessed: list[_Assessed], drawn: list[str], ag
     pick, reason, agree = choose_candidate(ep.steps, assessed, agreement_max=agreement_max)
     ep.selected = pick
     ep.selection = {
-        "mode": INVARIANTS,
+        "mode": ep.select_mode,
         "candidates": len(ep.steps),
         "selected": pick,
         "reason": reason,
@@ -257,6 +295,8 @@ def _decide(ep: SelectedEpisode, assessed: list[_Assessed], drawn: list[str], ag
         "solved": [a.solved for a in assessed],
         "plan_lengths": [len(s.verdict.plan or []) if a.solved else None for s, a in zip(ep.steps, assessed)],
         "invariants": [a.invariants for a in assessed],
+        **({"support": [a.verdict for a in assessed], "grounding": [a.grounding for a in assessed]}
+           if ep.select_mode == SUPPORTED else {}),
         "agreement": None if agree is None else [None if x is None else round(x, 4) for x in agree],
         "drawn": list(drawn),
         "choose_ms": round((time.perf_counter() - t) * 1000, 3),
@@ -288,7 +328,7 @@ def run_with_select(select: str, tasks: Iterable, policy: Policy, env: Environme
             on_episode(ep)
 
     episodes = run_selected(tasks, policy, env, budget=budget, sampling=sampling, batch_size=batch_size,
-                            judge=judge, on_episode=decided)
+                            judge=judge, on_episode=decided, mode=select)
     for ep in episodes:
         ep.abstain = abstain
     return episodes
@@ -320,6 +360,6 @@ def selection_summary(records: Sequence[dict]) -> dict | None:
     }
 
 
-__all__ = ["AGREEMENT_MAX", "DEFAULT_SELECT", "GREEDY", "INVARIANTS", "SAMPLE_TEMPERATURE", "SELECT_MODES",
+__all__ = ["AGREEMENT_MAX", "DEFAULT_SELECT", "GREEDY", "INVARIANTS", "SAMPLE_TEMPERATURE", "SELECT_MODES", "SUPPORTED",
            "SelectedEpisode", "assess", "check_select", "choose_candidate", "run_selected", "run_with_select",
            "selection_summary"]

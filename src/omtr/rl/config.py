@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omtr.config import UPDATE_DTYPES, ConfigError, EpisodeConfig
-from omtr.rl.rewards import BROKEN_CREDIT, GROUNDING_WEIGHT
+from omtr.rl.rewards import BROKEN_CREDIT, GROUNDING_WEIGHT, UNGROUNDED_CREDIT
 from omtr.rollout import PREFIX_CACHE_MB
 
 _EP = EpisodeConfig()
@@ -78,6 +78,11 @@ class TrainConfig:
                                       "the task's stated facts against the problem's atoms, omtr.rl.grounding).")
     broken_credit: float = _f(BROKEN_CREDIT, "Under reward=supported: the score of a solved spec whose initial state breaks "
                                              "one of the domain's mutex invariants (0: none; 1: nontrivial).")
+    grounding_support: bool = _f(True, "Under reward=supported: where the task's statement is read, an unbroken solved spec "
+                                       "scores 1 only when its atoms state the English's clauses one to one (typed "
+                                       "grounding 1); below, ungrounded_credit * typed grounding. false: the invariants alone.")
+    ungrounded_credit: float = _f(UNGROUNDED_CREDIT, "Under reward=supported: the most a solved, unbroken spec whose atoms do not state "
+                                                     "the English's clauses one to one scores (times its typed grounding).")
     agreement_weight: float = _f(0.0, "Under reward=supported: the share w of a supported spec's score that comes from "
                                       "agreement with the task's other samples, (1 - w) + w * share (0: off).")
     judge_target: str = _f("score", "What the Judge learns to predict: score (the Actor spec's outcome score is 1: "
@@ -232,7 +237,7 @@ class TrainConfig:
         if self.judge_target not in ("score", "verdict"):
             raise ConfigError(f"judge_target {self.judge_target!r}: choose score or verdict (the paper's), "
                               "e.g. --set judge_target=verdict")
-        for name in ("editor_gamma", "gae_lambda", "judge_threshold", "grounding_weight", "broken_credit",
+        for name in ("editor_gamma", "gae_lambda", "judge_threshold", "grounding_weight", "broken_credit", "ungrounded_credit",
                      "agreement_weight"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")

@@ -20,8 +20,9 @@ got. Those three read only the verdict (the plan is the planner's own output). `
 what the planner cannot see: half of it is ``nontrivial``, half how well the problem's atoms line up
 with the facts the task's English states (:func:`omtr.rl.grounding.grounding_score`, from the task's
 text and the spec alone). ``supported`` is ``nontrivial`` that pays in full only with the support of
-an annotation-free faithfulness signal: an initial state that breaks one of the domain's mutex
-invariants (the hand empty and holding a block) scores ``broken_credit`` at most, and a share
+the annotation-free faithfulness signals that apply: an initial state that breaks one of the
+domain's mutex invariants (the hand empty and holding a block) scores ``broken_credit`` at most, a
+problem whose atoms do not state the English's clauses one to one scores at most half, and a share
 ``agreement_weight`` of the score can come from how many of the task's other samples state the
 same problem (:mod:`omtr.faithfulness.signals`). None of them reads a reference, so all stay
 annotation-free. Register more with :func:`register_outcome_score`.
@@ -109,13 +110,15 @@ def grounded_score(completions: Sequence[str], *, verdicts: Sequence[Verdict], n
 
 
 BROKEN_CREDIT = 0.0
+UNGROUNDED_CREDIT = 0.5
 
 
 @register_outcome_score("supported")
 def supported_score(completions: Sequence[str], *, verdicts: Sequence[Verdict],
                     problems: Sequence[str | None] | None = None, domains: Sequence[str | None] | None = None,
                     task_ids: Sequence | None = None, broken_credit: float = BROKEN_CREDIT,
-                    agreement_weight: float = 0.0, **_) -> list[float | None]:
+                    agreement_weight: float = 0.0, nls: Sequence[str] | None = None, grounding: bool = True,
+                    ungrounded_credit: float = UNGROUNDED_CREDIT, **_) -> list[float | None]:
     """``nontrivial`` with the support of the signals that separate faithful from solved-but-unfaithful
     specs without a reference (``benchmarks/faithfulness_signals.py``: AUC 0.96 for broken invariants):
 
@@ -124,24 +127,36 @@ def supported_score(completions: Sequence[str], *, verdicts: Sequence[Verdict],
       one that breaks any scores ``broken_credit`` (default 0: the planner's acceptance of a state no
       plan of the domain can reach earns nothing). A domain without invariants, or a problem the
       reader cannot parse, gives the signal nothing to say: the spec keeps its ``nontrivial`` score;
+    * where the task's statement is read (PlanBench's layout, which the generators share) and
+      ``grounding`` is on, an unbroken solved spec scores 1 only when its atoms state the statement's
+      clauses one to one (:func:`omtr.faithfulness.signals.typed_grounding` = 1: each clause by an
+      atom of the predicate its words name, no atom the English never states; AUC 0.98 between
+      faithful and solved-but-unfaithful samples, every PlanBench and generator reference scores 1);
+      below that it scores ``ungrounded_credit * typed_grounding`` (default 0.5: at most half, more
+      the closer it comes). ``nls`` are the tasks' English; without them this part stands aside;
     * with ``agreement_weight`` w > 0, a supported spec scores ``(1 - w) + w * a``, ``a`` the share of
       its task's samples in this call (same ``task_ids``) that state an equivalent problem and are
       supported too (:func:`omtr.faithfulness.signals.agreement`; a lone sample agrees with itself).
 
     Failures score 0 and limited verdicts None, as under ``nontrivial``. ``domains`` are the specs'
     domains (the given one in domain-given mode)."""
-    from omtr.faithfulness.signals import broken_invariants
+    from omtr.faithfulness.signals import broken_invariants, typed_grounding
 
     if problems is None or domains is None:
         raise ValueError("the supported reward needs the specs' problems (problems=) and domains (domains=)")
     base = nontrivial_score(completions, verdicts=verdicts)
     support: list[float | None] = []
-    for b, dom, prob in zip(base, domains, problems):
+    texts = list(nls) if nls is not None else [None] * len(base)
+    for b, dom, prob, nl in zip(base, domains, problems, texts):
         if b is None or b <= 0:
             support.append(b)
             continue
         n = broken_invariants(dom or "", prob)
-        support.append(1.0 if not n else float(broken_credit))
+        if n:
+            support.append(float(broken_credit))
+            continue
+        g = typed_grounding(nl, dom, prob) if grounding and nl is not None else None
+        support.append(1.0 if g is None or g >= 1.0 else round(ungrounded_credit * g, 6))
     if agreement_weight <= 0 or task_ids is None:
         return support
     from omtr.faithfulness.signals import agreement, equivalence_matrix

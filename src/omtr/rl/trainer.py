@@ -183,6 +183,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             self.score = functools.partial(self.score, weight=cfg.grounding_weight)
         if outcome_score is None and cfg.reward == "supported":
             self.score = functools.partial(self.score, broken_credit=cfg.broken_credit,
+                                           grounding=cfg.grounding_support, ungrounded_credit=cfg.ungrounded_credit,
                                            agreement_weight=cfg.agreement_weight)
         self.estimator = ADVANTAGE_ESTIMATORS[cfg.advantage]
         self._stop = threading.Event()

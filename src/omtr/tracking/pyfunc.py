@@ -36,7 +36,8 @@ server stays up either way.
 
 Selection: ``ServingLimits.select`` (the logged ``model_config``) or a request's ``select`` param
 (``greedy``, the default: the Actor, then Editor repairs; ``invariants``: Actor samples within the
-budget, the answer the one that is solved and breaks no mutex invariant of the domain, see
+budget, the answer the one that is solved and breaks no mutex invariant of the domain;
+``supported``: the same, the answer the one whose support verdict is ``supported``, see
 :mod:`omtr.inference.select`); any other value is a 400 naming ``select``. The ``selection`` output
 column then holds the choice as JSON text (candidates, broken counts, the chosen index and why).
 
@@ -104,8 +105,9 @@ class ServingLimits:
     # the fast engine's prefix cache: a request of a family seen before computes only its own statement
     prefix_cache: bool = True
     prefix_cache_mb: float = PREFIX_CACHE_MB
-    # greedy (the Actor, then Editor repairs) or invariants (Actor samples within the budget, the one
-    # breaking no mutex invariant answered; omtr.inference.select); a request may ask with params
+    # greedy (the Actor, then Editor repairs), invariants (Actor samples within the budget, the one
+    # breaking no mutex invariant answered) or supported (the one whose support verdict is supported;
+    # omtr.inference.select); a request may ask with params
     select: str = "greedy"
     # answer no spec (domain, problem and plan empty) where the support verdict is not `supported`
     abstain: bool = False
@@ -288,7 +290,7 @@ class _Env:
 
 def episode_answer(ep) -> dict:
     """One output row: the final spec, its plan and verdict, every step of the repair trace, and under
-    ``select=invariants`` the choice (``selection``: JSON text, "" under greedy; the trace's steps are
+    ``select=invariants`` or ``supported`` the choice (``selection``: JSON text, "" under greedy; the trace's steps are
     then the candidates, the chosen one marked ``"selected": true``)."""
     final = ep.final
     selection = getattr(ep, "selection", None) or None
@@ -476,7 +478,7 @@ def signature():
     task family name, a hint for the prompt's demonstration) and an optional ``domain`` column (the
     task's given domain, PDDL text); output: one row per task (see :data:`OUTPUT_COLUMNS`;
     ``judge_score`` may be null); params: ``budget`` and ``max_new_tokens`` (0: the endpoint's own; a
-    budget may not exceed it), ``select`` (``greedy`` or ``invariants``; "": the endpoint's own) and
+    budget may not exceed it), ``select`` (``greedy``, ``invariants`` or ``supported``; "": the endpoint's own) and
     ``abstain`` (true: an answer whose ``support`` is not ``supported`` comes back without a spec) and
     ``library`` (false: a task without a domain is not matched against the domain library).
     ``success`` is the planner's acceptance alone; ``support`` (``supported``, ``unsupported`` or
