@@ -115,8 +115,14 @@ def unmentioned_objects(nl: str, objects: Sequence[str], types: dict[str, str] |
         names = set(reading.norm_names)
     flat = {o: re.sub(r"[^a-z0-9]", "", o.lower()) for o in objects}
     typed = {o: t for o, t in (types or {}).items() if t and t != "object"}
-    missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)
-               and not (o in typed and mentioned(typed[o], words, joined))]
+    if reading.closed and any(flat[o] in names for o in objects):
+        # PlanBench's layout, and the problem names its objects as the statement does: every other
+        # object must be a word of the task's own text ("the left gripper": `left`), as the decoder's
+        # names rule holds them; two names joined (`hoist0-hoist2`) or a made-up word is not
+        missing = [o for o in objects if flat[o] not in names and o.lower() not in reading.words]
+    else:
+        missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)
+                   and not (o in typed and mentioned(typed[o], words, joined))]
     unused = sum(1 for n in names if n not in set(flat.values()))
     return missing, unused
 

@@ -94,6 +94,10 @@ class TrainConfig:
     judge_gate_auc: float = _f(0.0, "s_J enters R_A only while the Judge's AUC (success vs failure) over the last "
                                     "judge_gate_window updates' Actor specs is above this; 0: always (the paper).")
     judge_gate_window: int = _f(3, "Updates the Judge gate looks back over.")
+    judge_negatives: int = _f(0, "For each Actor spec the Judge learns as accepted, this many mutants of it as negatives "
+                                 "(omtr.rl.negatives: an atom under another predicate, an object the English never "
+                                 "names, an atom left out; the spec's own text with one edit, no reference read). "
+                                 "0: off (the paper's Judge sees the rollouts' specs only).")
     judge_items_per_update: int = _f(0, "Train L_J on at most this many of the batch's Actor specs, balanced between "
                                         "accepted and rejected (0: all of them, the paper).")
     limited_reward: str = _f("zero", "Reward of a verdict decided by a limit (time, memory): zero (b = 0, the paper's "
@@ -241,6 +245,8 @@ class TrainConfig:
                      "agreement_weight"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.judge_negatives < 0:
+            raise ConfigError("judge_negatives must be >= 0 (0: no made-up negatives for the Judge)")
         if self.judge_items_per_update < 0:
             raise ConfigError("judge_items_per_update must be >= 0 (0: every Actor spec of the batch)")
         if self.checkpoint_every_updates < 0 or self.keep_checkpoints < 1:

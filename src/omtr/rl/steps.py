@@ -14,6 +14,7 @@ groups (a task's samples) whose returns differ, the only ones trained on.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,6 +24,7 @@ from omtr.inference import prompts as P
 from omtr.inference.episode import Episode
 from omtr.model.batching import alike_chunks, prompt_text
 from omtr.rl.config import TrainConfig
+from omtr.rl.negatives import mutants
 from omtr.rl.recipe import groups_with_signal
 from omtr.rl.rewards import actor_reward, editor_reward, outcome
 from omtr.statement import statement_objects
@@ -110,6 +112,13 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                              else bool(s.verdict.success and (score_of[(n, 0)] or 0.0) >= 1.0))
                     judge_items.append(JudgeItem(
                         P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)), label))
+                    if label and cfg.judge_negatives and s.domain and s.problem:
+                        # the same spec with one edit that makes it say what the English does not
+                        rng = random.Random(f"{cfg.seed}:{update}:{first + n}")
+                        for _, wrong in mutants(s.domain, s.problem, rng, k=cfg.judge_negatives):
+                            text = s.text.replace(s.problem, wrong) if s.problem in s.text else wrong
+                            judge_items.append(JudgeItem(
+                                P.judge_messages(ep.task, P.spec_text(s.domain, wrong, text, given=given)), False))
             else:
                 spec = P.spec_text(prev.domain, prev.problem, prev.text, given=given)
                 cat = prev.verdict.category.value if prev.verdict.category else None

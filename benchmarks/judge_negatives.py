@@ -1,0 +1,242 @@
+"""Does a Judge trained on negatives made from the Actor's own specs separate faithful answers?
+
+Issue 41, section 2's third candidate: the Judge learns, from the Actor's own solved specs that the
+supported reward pays in full (positives) and mutants of them (``omtr.rl.negatives``: an atom under
+another predicate, an object the English never names, an atom left out; negatives), what changes a
+spec's meaning, with no reference anywhere in its training data.
+
+1. **Training data, annotation-free.** Generated tasks of the generator families (train split,
+   domain given); the small profile's Actor answers each greedily (fast engine, the decoder's rules
+   on); the planner and the supported reward label them; ``rewarded_items`` (the trainer's own code
+   path, ``judge_negatives=K``) adds K mutants of each positive as negatives.
+2. **Training.** ``L_J`` alone (``Trainer.judge_step``: the Judge head and the LoRA adapters of the
+   shared backbone), ``--epochs`` passes in shuffled mini-batches.
+3. **Held-out measurement, before and after**, on data the Judge never saw:
+   * the solved samples of the 2026-12-03 pool (``docs/results/faithfulness-signals-2026-12-03-
+     rescored.json``: PlanBench BlocksWorld and Mystery, generated BlocksWorld and Gripper; graded F or
+     D by the checker against the reference, which only this evaluation reads): AUC between F and D,
+     pooled and within task, with a bootstrap interval over tasks;
+   * mutants of test-split references of every generator family and PlanBench family (spelled as the
+     English spells them): AUC between the reference and its mutants.
+
+The JSON holds the settings, each phase's seconds and every score.
+
+Usage::
+
+    python benchmarks/judge_negatives.py --out docs/results/judge-negatives-2026-12-05.json
+    python benchmarks/judge_negatives.py --model micro --train-per-family 1 --epochs 1 --out /tmp/j.json  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("judge_negatives")
+
+FAMILIES = ("blocksworld", "mystery_blocksworld", "gripper", "logistics")
+PLANBENCH = ("blocksworld", "mystery_blocksworld", "logistics", "depots")
+POOL = "docs/results/faithfulness-signals-2026-12-03-rescored.json"
+
+
+def auc_with_ci(pos_by_task: dict, neg_by_task: dict, n_boot: int, seed: int, within: bool) -> dict:
+    """AUC (ties half) of positives over negatives, pooled or within task only, with a percentile
+    bootstrap over tasks (tasks resampled, their scores travelling with them)."""
+    tasks = sorted(set(pos_by_task) | set(neg_by_task))
+
+    def value(sample) -> float | None:
+        wins = pairs = 0.0
+        if within:
+            for t in sample:
+                p, n = pos_by_task.get(t, []), neg_by_task.get(t, [])
+                wins += sum((a > b) + 0.5 * (a == b) for a in p for b in n)
+                pairs += len(p) * len(n)
+        else:
+            p = [a for t in sample for a in pos_by_task.get(t, [])]
+            n = [b for t in sample for b in neg_by_task.get(t, [])]
+            wins = sum((a > b) + 0.5 * (a == b) for a in p for b in n)
+            pairs = len(p) * len(n)
+        return wins / pairs if pairs else None
+
+    v = value(tasks)
+    rng = np.random.default_rng(seed)
+    boots = [b for b in (value([tasks[i] for i in rng.integers(0, len(tasks), len(tasks))]) for _ in range(n_boot))
+             if b is not None]
+    ci = [round(float(np.percentile(boots, q)), 4) for q in (2.5, 97.5)] if boots else [None, None]
+    return {"value": None if v is None else round(v, 4), "ci": ci, "tasks": len(tasks),
+            "positives": sum(len(x) for x in pos_by_task.values()),
+            "negatives": sum(len(x) for x in neg_by_task.values())}
+
+
+def pool_items(path: str) -> list[tuple[str, str, list, bool]]:
+    """(task id, set, Judge prompt, faithful) for every solved sample of the 2026-12-03 pool."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from faithfulness_signals import build_tasks
+
+    from omtr.inference import prompts as P
+
+    d = json.loads(Path(path).read_text())
+    views = {t.id: t.for_training() for t in build_tasks(argparse.Namespace(**d["settings"]))}
+    out = []
+    for r in d["records"]:
+        view = views[r["id"]]
+        for s in r["samples"]:
+            if s["grade"] in ("F", "D"):
+                prompt = P.judge_messages(view, P.spec_text(view.domain, s["problem"], s["problem"], given=True))
+                out.append((r["id"], r["set"], prompt, s["grade"] == "F"))
+    return out
+
+
+def mutant_items(per_family: int, k: int, seed: int) -> list[tuple[str, str, list, bool]]:
+    """(task id, set, Judge prompt, is the reference) for test-split references and their mutants."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.inference import prompts as P
+    from omtr.rl.negatives import mutants
+    from omtr.tasks.generators import generate
+    from omtr.tasks.planbench import import_planbench
+    from omtr.tasks.planbench_data import shipped_root
+
+    rng = random.Random(seed)
+    tasks = []
+    for fam in FAMILIES:
+        tasks += [(f"generated/{fam}", t) for t in generate(fam, per_family, seed, split="test", verify=False)]
+    for fam in PLANBENCH:
+        pool = import_planbench(shipped_root(), [fam])
+        tasks += [(f"planbench/{fam}", t) for t in rng.sample(pool, per_family)]
+    out = []
+    for where, t in tasks:
+        view = t.with_given_domain().for_training()
+        p = spelled_problem(t)
+        out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, p, p, given=True)), True))
+        for _, m in mutants(view.domain, p, random.Random(f"{seed}:{t.id}"), k=k):
+            out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, m, m, given=True)), False))
+    return out
+
+
+def measure(model, items, batch: int, n_boot: int, seed: int) -> dict:
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        scores = model.judge([it[2] for it in items], batch_size=batch)
+    res: dict = {"scores": [round(s, 5) for s in scores]}
+    sets = sorted({it[1] for it in items})
+    for where in ["all", *sets]:
+        pos: dict = {}
+        neg: dict = {}
+        for it, s in zip(items, scores):
+            if where == "all" or it[1] == where:
+                (pos if it[3] else neg).setdefault(it[0], []).append(s)
+        res[where] = {"pooled": auc_with_ci(pos, neg, n_boot, seed, within=False),
+                      "within_task": auc_with_ci(pos, neg, n_boot, seed, within=True)}
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="small", help="profile or model dir (micro: a smoke test of the code)")
+    ap.add_argument("--train-per-family", type=int, default=8, help="generated training tasks per family")
+    ap.add_argument("--negatives", type=int, default=2, help="mutants per positive (judge_negatives)")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=4, help="Judge items per optimizer step")
+    ap.add_argument("--lr", type=float, default=None, help="learning rate (default: the profile's)")
+    ap.add_argument("--heldout-per-family", type=int, default=3, help="test references per family for the mutant AUC")
+    ap.add_argument("--pool", default=POOL, help="samples graded F/D for the held-out AUC ('' to skip)")
+    ap.add_argument("--max-new-tokens", type=int, default=448)
+    ap.add_argument("--seed", type=int, default=4101)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    import torch
+
+    from omtr.config import SolverConfig
+    from omtr.inference.episode import run_episodes
+    from omtr.policy import Sampling
+    from omtr.rl.config import train_profile
+    from omtr.rl.steps import rewarded_items
+    from omtr.rl.trainer import Trainer
+    from omtr.solver import SolverPool
+    from omtr.tasks.generators import generate
+
+    torch.set_num_threads(args.threads)
+    result: dict = {"settings": vars(args), "seconds": {}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        out.write_text(json.dumps(result, indent=1) + "\n")
+
+    t0 = time.perf_counter()
+    train = []
+    for fam in FAMILIES:
+        for t in generate(fam, args.train_per_family, args.seed, split="train", min_objects=2, max_objects=4,
+                          verify=False):
+            train.append(dataclasses.replace(t.with_given_domain(), id="train-" + t.id).for_training())
+    base = train_profile(args.model)
+    cfg = base.replace(judge_negatives=args.negatives, samples_per_task=1, episodes_per_batch=len(train),
+                       **({"lr": args.lr} if args.lr else {}))
+    evals = {"mutants": mutant_items(args.heldout_per_family, args.negatives, args.seed)}
+    if args.pool:
+        evals["pool"] = pool_items(args.pool)
+    result["eval_items"] = {k: [[it[0], it[1], it[3]] for it in v] for k, v in evals.items()}
+    with SolverPool(2, SolverConfig(time_limit_s=20)) as env:
+        tr = Trainer(cfg, train, Path(args.out).with_suffix(".run"), env=env, quiet=True)
+        judge = tr.models["judge"]
+        t = time.perf_counter()
+        result["before"] = {k: measure(judge, v, 8, args.bootstrap, args.seed) for k, v in evals.items()}
+        result["seconds"]["measure_before"] = round(time.perf_counter() - t, 1)
+        log.info("before: %s", {k: v["all"] for k, v in result["before"].items()})
+        save()
+        t = time.perf_counter()
+        policy, _ = tr._rollout_policy()
+        eps = run_episodes(train, policy, env, budget=1, judge=False, batch_size=8,
+                           sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed))
+        _, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False)
+        result["seconds"]["rollout"] = round(time.perf_counter() - t, 1)
+        labels = [j.label for j in judge_items]
+        result["training_items"] = {"tasks": len(train), "solved": sum(e.success for e in eps),
+                                    "positives": sum(labels), "negatives": len(labels) - sum(labels)}
+        log.info("training items: %s", result["training_items"])
+        save()
+        t = time.perf_counter()
+        rng = random.Random(args.seed)
+        losses = []
+        for epoch in range(args.epochs):
+            order = list(range(len(judge_items)))
+            rng.shuffle(order)
+            for i in range(0, len(order), args.batch):
+                chunk = [judge_items[j] for j in order[i:i + args.batch]]
+                losses.append(round(tr.judge_step([c.prompt for c in chunk], [c.label for c in chunk]), 5))
+            log.info("epoch %d: mean L_J %.4f", epoch + 1, float(np.mean(losses[-(len(order) // args.batch or 1):])))
+        result["losses"] = losses
+        result["seconds"]["train"] = round(time.perf_counter() - t, 1)
+        save()
+        t = time.perf_counter()
+        result["after"] = {k: measure(judge, v, 8, args.bootstrap, args.seed) for k, v in evals.items()}
+        result["seconds"]["measure_after"] = round(time.perf_counter() - t, 1)
+        log.info("after: %s", {k: v["all"] for k, v in result["after"].items()})
+    result["seconds"]["total"] = round(time.perf_counter() - t0, 1)
+    save()
+    for k in evals:
+        for where in sorted(result["after"][k]):
+            if where == "scores":
+                continue
+            b, a = result["before"][k][where], result["after"][k][where]
+            print(f"{k:8s} {where:34s} pooled {b['pooled']['value']} -> {a['pooled']['value']} {a['pooled']['ci']}  "
+                  f"within {b['within_task']['value']} -> {a['within_task']['value']} {a['within_task']['ci']}")
+
+
+if __name__ == "__main__":
+    main()
