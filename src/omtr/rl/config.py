@@ -138,6 +138,13 @@ class TrainConfig:
                                    "head and losses stay fp32) or auto (bf16 where the device has it natively, fp32 "
                                    "elsewhere; the small profile's). bf16 where the device has native bf16 (these "
                                    "CPUs: avx512_bf16); elsewhere it falls back to fp32 with one log line.")
+    lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
+                                 "rollout engine's prefix cache after the rollout (stale once the update moves the "
+                                 "parameters; a refresh would drop it anyway) and glibc's free heap pages "
+                                 "(malloc_trim) after the rollout and after the update. Changes no value; false keeps "
+                                 "the earlier behaviour.")
+    memory_phases: bool = _f(True, "Log each update's resident memory by phase (mem_<phase>_peak_mb, mem_<phase>_end_mb, "
+                                   "mem_hwm_mb; a sampling thread, omtr.rl.memory).")
 
     # ---------------------------------------------------------------- ablations (paper Table 4)
     use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")

@@ -1,0 +1,129 @@
+"""Resident memory by phase of a training update, and handing freed heap memory back to the system.
+
+:class:`PhaseMemory` samples the process's resident set (``/proc/self/statm``) on a daemon thread
+(torch's CPU kernels release the GIL, so it runs during them) and keeps, for each phase the trainer
+names (``with mem.phase("rollout"): ...``), the resident set at its start and end and the highest
+sample in between, in MiB. The trainer logs them as ``mem_<phase>_peak_mb`` / ``mem_<phase>_end_mb``
+and the process's high-water mark so far (``VmHWM``, the kernel's own figure, what GNU ``time -v``
+reports at the end) as ``mem_hwm_mb``. The high-water mark is never reset (``/proc/self/clear_refs``
+would also reset what ``getrusage``/``time -v`` report).
+
+:func:`trim_heap` asks glibc to return the free memory at the top of its heaps and in whole free
+pages inside them to the system (``malloc_trim(0)``): after a phase that made and freed many
+tensors (the rollout's KV caches, the update's activations) the allocator otherwise keeps those
+pages resident, and the next phase's peak lands on top of them. It changes no value anywhere.
+Where glibc is not the C library (musl, macOS) it does nothing and says so by returning False.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import threading
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_LIBC = None
+
+
+def rss_mb() -> float | None:
+    """The process's resident set now, in MiB (None where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE / 2**20
+    except OSError:
+        return None
+
+
+def hwm_mb() -> float | None:
+    """The process's resident high-water mark (``VmHWM``) so far, in MiB (None where unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def trim_heap() -> bool:
+    """``malloc_trim(0)``: glibc returns its free heap memory to the system. False where unavailable."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC = lib if hasattr(lib, "malloc_trim") else False
+        except OSError:
+            _LIBC = False
+    if not _LIBC:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
+class PhaseMemory:
+    """Peak and end resident memory of named phases (see the module doc); ``interval_s`` between samples."""
+
+    def __init__(self, interval_s: float = 0.05, *, enabled: bool = True):
+        self.enabled = enabled and rss_mb() is not None
+        self.interval_s = interval_s
+        self.phases: dict[str, dict[str, float]] = {}
+        self._peak = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            r = rss_mb()
+            if r is not None:
+                with self._lock:
+                    self._peak = max(self._peak, r)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="omtr-rss", daemon=True)
+            self._thread.start()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        self._ensure_thread()
+        start = rss_mb() or 0.0
+        with self._lock:
+            outer = self._peak
+            self._peak = start
+        try:
+            yield
+        finally:
+            end = rss_mb() or 0.0
+            with self._lock:
+                peak = max(self._peak, end)
+                self._peak = max(outer, peak)  # an enclosing phase keeps its own peak
+            self.phases[name] = {"start_mb": start, "peak_mb": peak, "end_mb": end}
+
+    def metrics(self) -> dict[str, float]:
+        """``mem_<phase>_peak_mb``, ``mem_<phase>_end_mb`` of the phases since :meth:`reset`, and ``mem_hwm_mb``."""
+        out: dict[str, float] = {}
+        for name, p in self.phases.items():
+            out[f"mem_{name}_peak_mb"] = round(p["peak_mb"], 1)
+            out[f"mem_{name}_end_mb"] = round(p["end_mb"], 1)
+        hwm = hwm_mb()
+        if self.enabled and hwm is not None:
+            out["mem_hwm_mb"] = round(hwm, 1)
+        return out
+
+    def reset(self) -> None:
+        self.phases = {}
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+        self._stop = threading.Event()
+

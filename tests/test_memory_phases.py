@@ -1,0 +1,123 @@
+"""Resident memory by phase (omtr.rl.memory) and the trainer's lean_memory: the phases are measured,
+the rollout's prefix cache is not held through the update, and nothing the update computes changes."""
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from omtr.rl.config import train_profile  # noqa: E402
+from omtr.rl.memory import PhaseMemory, hwm_mb, rss_mb, trim_heap  # noqa: E402
+from omtr.tasks.training import TrainingTask  # noqa: E402
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")
+
+
+@linux
+def test_a_phase_sees_its_peak_and_its_end():
+    mem = PhaseMemory(interval_s=0.005)
+    try:
+        with mem.phase("outer"):
+            with mem.phase("big"):
+                x = torch.ones(64 * 2**20 // 4 * 4)  # 256 MiB, touched
+                x.add_(1.0)
+                del x
+            with mem.phase("small"):
+                pass
+        big, outer = mem.phases["big"], mem.phases["outer"]
+        assert big["peak_mb"] - big["start_mb"] > 200
+        assert big["end_mb"] < big["peak_mb"] - 200
+        assert outer["peak_mb"] >= big["peak_mb"], "an enclosing phase keeps the peak of what it encloses"
+        assert mem.phases["small"]["peak_mb"] < big["peak_mb"] - 200
+        m = mem.metrics()
+        assert {"mem_big_peak_mb", "mem_big_end_mb", "mem_outer_peak_mb", "mem_hwm_mb"} <= set(m)
+        assert m["mem_hwm_mb"] >= m["mem_big_peak_mb"] - 1
+        mem.reset()
+        assert mem.metrics().keys() == {"mem_hwm_mb"}
+    finally:
+        mem.close()
+    assert rss_mb() > 0 and hwm_mb() >= rss_mb() - 1
+
+
+@linux
+def test_trim_heap_hands_freed_small_allocations_back():
+    import ctypes
+
+    if not trim_heap():
+        pytest.skip("not glibc")
+    # many small blocks (below glibc's mmap threshold) live in the heap; freed, they stay resident
+    # until trimmed unless the top of the heap happens to be free
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: a fixed value, so that free() alone does not trim
+    ptrs = []
+    for _ in range(20000):
+        p = libc.malloc(8192)
+        ctypes.memset(p, 1, 8192)
+        ptrs.append(p)
+    keep = ptrs[-1]
+    for p in ptrs[:-1]:
+        libc.free(p)
+    before = rss_mb()
+    trim_heap()
+    after = rss_mb()
+    libc.free(keep)
+    assert before - after > 100, (before, after)
+
+
+TASKS = [TrainingTask(f"t{i}", "blocksworld", None, f"Put block b{i} on the table, then stack b{i + 1} on it.")
+         for i in range(4)]
+
+
+class NoPlanner:
+    def solve_many(self, specs):
+        from omtr.solver import solve
+
+        return [solve(d, p) for d, p in specs]
+
+
+def _run(tmp_path, name, **kw):
+    from omtr.model import build_model
+    from omtr.rl.trainer import Trainer
+
+    torch.manual_seed(0)
+    model = build_model("micro")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # non-zero LoRA B: gradients reach every adapter
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    cfg = train_profile("micro").replace(cycles=1, updates_per_cycle=1, episodes_per_batch=4, max_new_tokens=12,
+                                         save_model_every_cycle=False, validate_logs=False, mlflow=False,
+                                         rollout_engine="fast", **kw)
+    tr = Trainer(cfg, TASKS, tmp_path / name, env=NoPlanner(), quiet=True, model=model)
+    engine = tr.engines[id(model)]
+    blocks_at_update = []
+    update = tr._update
+
+    def watched(items, judge_items):
+        blocks_at_update.append(engine.prefix_cache.blocks)
+        return update(items, judge_items)
+
+    tr._update = watched
+    assert tr.run() == "finished"
+    return tr, blocks_at_update
+
+
+def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothing(tmp_path):
+    torch.set_num_threads(1)
+    lean, lean_blocks = _run(tmp_path, "lean")
+    kept, kept_blocks = _run(tmp_path, "kept", lean_memory=False)
+    assert kept_blocks[0] > 0, "the rollout left blocks in the prefix cache (the test needs some)"
+    assert lean_blocks == [0], "lean_memory: the rollout's prefix cache is gone before the update"
+    a, b = lean.trainable_state(), kept.trainable_state()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[n], b[n]) for n in a), "the same update"
+    h = lean.history[-1]
+    for phase in ("setup", "rollout", "old_logprobs", "update"):
+        assert h[f"mem_{phase}_peak_mb"] >= h[f"mem_{phase}_end_mb"] > 0
+    assert h["mem_hwm_mb"] >= max(h[f"mem_{p}_peak_mb"] for p in ("rollout", "update")) - 1
+    off, _ = _run(tmp_path, "off", memory_phases=False)
+    assert not any(k.startswith("mem_") for k in off.history[-1])
