@@ -141,8 +141,9 @@ class TrainConfig:
     lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
                                  "rollout engine's prefix cache after the rollout (stale once the update moves the "
                                  "parameters; a refresh would drop it anyway) and glibc's free heap pages "
-                                 "(malloc_trim) after the rollout and after the update. Changes no value; false keeps "
-                                 "the earlier behaviour.")
+                                 "(malloc_trim) after the rollout and after the update; and glibc's mmap threshold "
+                                 "fixed at 1 MiB (larger blocks are returned when freed; omtr.rl.memory). Changes no "
+                                 "value; false keeps the earlier behaviour.")
     memory_phases: bool = _f(True, "Log each update's resident memory by phase (mem_<phase>_peak_mb, mem_<phase>_end_mb, "
                                    "mem_hwm_mb; a sampling thread, omtr.rl.memory).")
 

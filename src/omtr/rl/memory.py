@@ -63,6 +63,22 @@ def trim_heap() -> bool:
     return True
 
 
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+MMAP_THRESHOLD = 1 << 20  # bytes: blocks of this size and more get pages of their own (lean_memory)
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
+    """``mallopt(M_MMAP_THRESHOLD, nbytes)``: glibc serves every block of ``nbytes`` or more with pages
+    of its own, handed back to the system when the block is freed. By default the threshold rises
+    with each such block freed (up to 32 MiB), after which tensors of up to 32 MiB (activations, KV
+    cache blocks) come from the heap, whose free pages stay resident and stack under the next
+    phase's peak. Fixing it also fixes the heap's trim threshold (128 KiB). Process-wide; changes no
+    value. False where unavailable (not glibc)."""
+    if not trim_heap():  # loads libc; False: not glibc
+        return False
+    return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)))
+
+
 class PhaseMemory:
     """Peak and end resident memory of named phases (see the module doc); ``interval_s`` between samples."""
 

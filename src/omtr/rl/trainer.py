@@ -65,7 +65,7 @@ from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name
 from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
-from omtr.rl.memory import PhaseMemory, trim_heap
+from omtr.rl.memory import PhaseMemory, fix_mmap_threshold, trim_heap
 from omtr.rl.metrics import MetricsMixin
 from omtr.rl.recipe import CollapseGuard, Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
@@ -201,6 +201,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         random.seed(cfg.seed)
         # resident memory by phase (omtr.rl.memory), logged with each update's metrics
         self._mem = PhaseMemory(enabled=cfg.memory_phases)
+        if cfg.lean_memory:
+            fix_mmap_threshold()  # large blocks go back to the system when freed (process-wide)
         with self._mem.phase("setup"):
             self.models = build_models(cfg, model)
             self.distinct = list({id(m): m for m in self.models.values()}.values())
