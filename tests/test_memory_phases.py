@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.rl.config import train_profile  # noqa: E402
-from omtr.rl.memory import PhaseMemory, hwm_mb, rss_mb, trim_heap  # noqa: E402
+from omtr.rl.memory import PhaseMemory, fix_mmap_threshold, hwm_mb, rss_mb, trim_heap  # noqa: E402
 from omtr.tasks.training import TrainingTask  # noqa: E402
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")
@@ -65,6 +65,26 @@ def test_trim_heap_hands_freed_small_allocations_back():
     after = rss_mb()
     libc.free(keep)
     assert before - after > 100, (before, after)
+
+
+@linux
+def test_with_a_fixed_mmap_threshold_freed_tensors_leave_at_once():
+    """Blocks of 1 MiB and more get pages of their own and go back when freed, even after a larger
+    block freed earlier would have raised glibc's (dynamic) threshold above them."""
+    if not fix_mmap_threshold():
+        pytest.skip("not glibc")
+    big = torch.ones(24 * 2**20 // 4)  # 24 MiB, mmapped; freed, it would raise a dynamic threshold to 24 MiB
+    del big
+    before = rss_mb()
+    blocks, keep = [], []
+    for _ in range(100):  # 100 x 3 MiB, touched, each followed by a small live tensor (which would pin a heap)
+        blocks.append(torch.ones(2**20 // 4 * 3))
+        keep.append(torch.ones(1024))
+    during = rss_mb()
+    del blocks
+    after = rss_mb()
+    assert during - before > 250
+    assert after - before < 50, (before, during, after)  # without the fixed threshold: ~300 MiB stay
 
 
 TASKS = [TrainingTask(f"t{i}", "blocksworld", None, f"Put block b{i} on the table, then stack b{i + 1} on it.")
