@@ -1,5 +1,6 @@
 """Resident memory by phase (omtr.rl.memory) and the trainer's lean_memory: the phases are measured,
-the rollout's prefix cache is not held through the update, and nothing the update computes changes."""
+the rollout's prefix cache and the engine's per-role linears are not held through the update, glibc
+hands freed memory back, and nothing the update computes changes."""
 
 import sys
 
@@ -37,6 +38,14 @@ def test_a_phase_sees_its_peak_and_its_end():
         assert mem.metrics().keys() == {"mem_hwm_mb"}
     finally:
         mem.close()
+    quiet = PhaseMemory()  # no sampling: no thread; the end and the high-water mark at the end
+    with quiet.phase("big"):
+        x = torch.ones(300 * 2**20 // 4)
+        x.add_(1.0)
+        del x
+    assert quiet._thread is None
+    rec = quiet.phases["big"]
+    assert "peak_mb" not in rec and rec["hwm_mb"] - rec["start_mb"] > 250 and rec["end_mb"] < rec["hwm_mb"] - 250
     assert rss_mb() > 0 and hwm_mb() >= rss_mb() - 1
 
 
@@ -118,7 +127,7 @@ def _run(tmp_path, name, **kw):
     update = tr._update
 
     def watched(items, judge_items):
-        blocks_at_update.append(engine.prefix_cache.blocks)
+        blocks_at_update.append((engine.prefix_cache.blocks, len(engine.weights)))
         return update(items, judge_items)
 
     tr._update = watched
@@ -130,14 +139,19 @@ def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothin
     torch.set_num_threads(1)
     lean, lean_blocks = _run(tmp_path, "lean")
     kept, kept_blocks = _run(tmp_path, "kept", lean_memory=False)
-    assert kept_blocks[0] > 0, "the rollout left blocks in the prefix cache (the test needs some)"
-    assert lean_blocks == [0], "lean_memory: the rollout's prefix cache is gone before the update"
+    assert kept_blocks[0][0] > 0 and kept_blocks[0][1] == 3, "the rollout left blocks and weights (the test needs some)"
+    assert lean_blocks == [(0, 0)], "lean_memory: the rollout's prefix cache and the roles' own linears are gone"
     a, b = lean.trainable_state(), kept.trainable_state()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[n], b[n]) for n in a), "the same update"
     h = lean.history[-1]
     for phase in ("setup", "rollout", "old_logprobs", "update"):
-        assert h[f"mem_{phase}_peak_mb"] >= h[f"mem_{phase}_end_mb"] > 0
-    assert h["mem_hwm_mb"] >= max(h[f"mem_{p}_peak_mb"] for p in ("rollout", "update")) - 1
+        assert h[f"mem_{phase}_hwm_mb"] >= h[f"mem_{phase}_end_mb"] > 0
+        assert f"mem_{phase}_peak_mb" not in h  # sampled only with memory_sample_ms
+    assert h["mem_hwm_mb"] >= h["mem_update_hwm_mb"] >= h["mem_rollout_hwm_mb"]
     off, _ = _run(tmp_path, "off", memory_phases=False)
     assert not any(k.startswith("mem_") for k in off.history[-1])
+    sampled, _ = _run(tmp_path, "sampled", memory_sample_ms=5.0)
+    h = sampled.history[-1]
+    assert h["mem_update_peak_mb"] >= h["mem_update_end_mb"] and h["mem_hwm_mb"] >= h["mem_update_peak_mb"] - 1
+    sampled._mem.close()

@@ -204,6 +204,30 @@ def test_judge_fp32_slots_share_the_policys_tensors_with_the_same_scores(micro):
     assert fp32.memory_bytes() < make_engine("fast", micro, quantize=False, share_fp32=False).memory_bytes()
 
 
+def test_released_engine_keeps_shared_linears_and_rebuilds_the_same(micro):
+    """release_caches(): the prefix cache and every role's own linears go (what a refresh after an
+    optimizer step makes anew anyway); the shared ones stay; the next call rebuilds the rest and
+    gives the same tokens, log-probs and Judge scores bit for bit."""
+    fast = make_engine("fast", micro, prefix_block=8)
+    prompts = _family_prompts(2)
+    sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=4)
+    want = fast.generate("actor", PROMPTS, sampling, constraint="off")
+    want_judge = fast.judge(prompts)
+    held = fast.memory_bytes()
+    shared = {k: v[1] for k, v in fast._built.items() if k[0] is None}
+    own = sum(k[0] is not None for k in fast._built)
+    assert shared and own and fast.prefix_cache.blocks > 0
+    fast.release_caches()
+    assert fast.prefix_cache.blocks == 0 and fast.weights == {} and fast.memory_bytes() == 0
+    assert all(fast._built[k][1] is mod for k, mod in shared.items()), "shared linears are kept"
+    _same(want, fast.generate("actor", PROMPTS, sampling, constraint="off"))
+    assert fast.rebuilt == own, "only the roles' own linears were built again"
+    assert fast.judge(prompts) == want_judge
+    assert fast.memory_bytes() == held
+    fast.release_caches(adapted=False)  # the prefix cache only
+    assert fast.weights and fast.prefix_cache.blocks == 0
+
+
 def test_masks_identical_across_engines(micro):
     """The bitmask rows the fast engine applied are those the policy rebuilds for the same tokens."""
     fast = make_engine("fast", micro)

@@ -144,8 +144,12 @@ class TrainConfig:
                                  "(malloc_trim) after the rollout and after the update; and glibc's mmap threshold "
                                  "fixed at 1 MiB (larger blocks are returned when freed; omtr.rl.memory). Changes no "
                                  "value; false keeps the earlier behaviour.")
-    memory_phases: bool = _f(True, "Log each update's resident memory by phase (mem_<phase>_peak_mb, mem_<phase>_end_mb, "
-                                   "mem_hwm_mb; a sampling thread, omtr.rl.memory).")
+    memory_phases: bool = _f(True, "Log each update's resident memory by phase: at each phase's end and the process's "
+                                   "high-water mark then (mem_<phase>_end_mb, mem_<phase>_hwm_mb, mem_hwm_mb; "
+                                   "omtr.rl.memory).")
+    memory_sample_ms: float = _f(0.0, "With memory_phases: also sample the resident set every this many ms on a thread "
+                                      "for each phase's own peak (mem_<phase>_peak_mb); 0: no thread (a thread waking "
+                                      "often slows torch on a machine whose cores are all busy).")
 
     # ---------------------------------------------------------------- ablations (paper Table 4)
     use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")

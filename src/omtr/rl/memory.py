@@ -1,12 +1,13 @@
 """Resident memory by phase of a training update, and handing freed heap memory back to the system.
 
-:class:`PhaseMemory` samples the process's resident set (``/proc/self/statm``) on a daemon thread
-(torch's CPU kernels release the GIL, so it runs during them) and keeps, for each phase the trainer
-names (``with mem.phase("rollout"): ...``), the resident set at its start and end and the highest
-sample in between, in MiB. The trainer logs them as ``mem_<phase>_peak_mb`` / ``mem_<phase>_end_mb``
-and the process's high-water mark so far (``VmHWM``, the kernel's own figure, what GNU ``time -v``
-reports at the end) as ``mem_hwm_mb``. The high-water mark is never reset (``/proc/self/clear_refs``
-would also reset what ``getrusage``/``time -v`` report).
+:class:`PhaseMemory` keeps, for each phase the trainer names (``with mem.phase("rollout"): ...``),
+the resident set (``/proc/self/statm``) at its start and end and the process's high-water mark
+(``VmHWM``, the kernel's own figure, what GNU ``time -v`` reports at the end) when it ends, in MiB;
+with a sampling interval also the phase's own peak, sampled on a daemon thread (torch's CPU kernels
+release the GIL, so it runs during them). The trainer logs them as ``mem_<phase>_end_mb``,
+``mem_<phase>_hwm_mb`` (``mem_<phase>_peak_mb`` when sampled; ``memory_sample_ms``) and ``mem_hwm_mb``.
+The high-water mark is never reset (``/proc/self/clear_refs`` would also reset what
+``getrusage``/``time -v`` report).
 
 :func:`trim_heap` asks glibc to return the free memory at the top of its heaps and in whole free
 pages inside them to the system (``malloc_trim(0)``): after a phase that made and freed many
@@ -80,11 +81,19 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
 
 
 class PhaseMemory:
-    """Peak and end resident memory of named phases (see the module doc); ``interval_s`` between samples."""
+    """Resident memory of named phases (see the module doc).
 
-    def __init__(self, interval_s: float = 0.05, *, enabled: bool = True):
+    Without a sampling interval (the trainer's default) no thread runs: each phase records the
+    resident set at its start and end and the process's high-water mark at its end (``VmHWM``;
+    a phase after which it is higher than before set the process's peak, and that is its peak).
+    With ``interval_s`` a daemon thread samples the resident set, and each phase's own peak is
+    recorded too. On a machine with as many busy threads as cores, a thread that wakes every few
+    milliseconds slows torch's CPU kernels (their threads wait for each other): sample only to
+    profile."""
+
+    def __init__(self, interval_s: float | None = None, *, enabled: bool = True):
         self.enabled = enabled and rss_mb() is not None
-        self.interval_s = interval_s
+        self.interval_s = interval_s if interval_s and interval_s > 0 else None
         self.phases: dict[str, dict[str, float]] = {}
         self._peak = 0.0
         self._lock = threading.Lock()
@@ -99,7 +108,7 @@ class PhaseMemory:
                     self._peak = max(self._peak, r)
 
     def _ensure_thread(self) -> None:
-        if self._thread is None:
+        if self._thread is None and self.interval_s is not None:
             self._thread = threading.Thread(target=self._run, name="omtr-rss", daemon=True)
             self._thread.start()
 
@@ -120,14 +129,19 @@ class PhaseMemory:
             with self._lock:
                 peak = max(self._peak, end)
                 self._peak = max(outer, peak)  # an enclosing phase keeps its own peak
-            self.phases[name] = {"start_mb": start, "peak_mb": peak, "end_mb": end}
+            rec = {"start_mb": start, "end_mb": end, "hwm_mb": hwm_mb() or 0.0}
+            if self.interval_s is not None:
+                rec["peak_mb"] = peak
+            self.phases[name] = rec
 
     def metrics(self) -> dict[str, float]:
-        """``mem_<phase>_peak_mb``, ``mem_<phase>_end_mb`` of the phases since :meth:`reset`, and ``mem_hwm_mb``."""
+        """``mem_<phase>_end_mb`` and ``mem_<phase>_hwm_mb`` (and, sampled, ``mem_<phase>_peak_mb``) of
+        the phases since :meth:`reset`, and ``mem_hwm_mb``."""
         out: dict[str, float] = {}
         for name, p in self.phases.items():
-            out[f"mem_{name}_peak_mb"] = round(p["peak_mb"], 1)
-            out[f"mem_{name}_end_mb"] = round(p["end_mb"], 1)
+            for k in ("peak_mb", "end_mb", "hwm_mb"):
+                if k in p:
+                    out[f"mem_{name}_{k}"] = round(p[k], 1)
         hwm = hwm_mb()
         if self.enabled and hwm is not None:
             out["mem_hwm_mb"] = round(hwm, 1)
@@ -142,4 +156,3 @@ class PhaseMemory:
             self._thread.join(timeout=1.0)
             self._thread = None
         self._stop = threading.Event()
-

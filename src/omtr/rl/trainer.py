@@ -200,7 +200,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         # resident memory by phase (omtr.rl.memory), logged with each update's metrics
-        self._mem = PhaseMemory(enabled=cfg.memory_phases)
+        self._mem = PhaseMemory(cfg.memory_sample_ms / 1000, enabled=cfg.memory_phases)
         if cfg.lean_memory:
             fix_mmap_threshold()  # large blocks go back to the system when freed (process-wide)
         with self._mem.phase("setup"):

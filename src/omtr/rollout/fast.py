@@ -329,11 +329,19 @@ class FastEngine(OverModel):
             self.prefix_cache = PrefixCache(self.prefix_block, int(mb * 2**20))
         self.prefix_cache.clear()
 
-    def release_caches(self) -> None:
-        """Drop the prefix cache's blocks (their memory goes back; the next prompts compute them anew,
-        bit for bit the same). The trainer calls it after each rollout: the update moves the
-        parameters, and the refresh before the next rollout would drop them anyway."""
+    def release_caches(self, *, adapted: bool = True) -> None:
+        """Drop what the next refresh after an optimizer step makes anew anyway, so that it is not
+        held through the update: the prefix cache's blocks and, with ``adapted``, every linear of
+        one role's own (those its adapters are merged into or applied beside: with a frozen
+        backbone every role-specific one, the Judge's fp32 attention included). Linears the roles
+        share (unadapted bases, the head) stay. The next call refreshes first and computes the same
+        values bit for bit (the same sources, the same builds). The trainer calls it after each
+        rollout (``lean_memory``)."""
         self.prefix_cache.clear()
+        if adapted and self.weights:
+            self._built = {k: v for k, v in self._built.items() if k[0] is None}
+            self.weights = {}
+            self._stale = True
 
     def reset_stats(self) -> None:
         """Start counting prefill tokens and the time to the first new token anew."""
