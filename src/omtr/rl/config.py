@@ -141,9 +141,10 @@ class TrainConfig:
     lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
                                  "rollout engine's prefix cache after the rollout (stale once the update moves the "
                                  "parameters; a refresh would drop it anyway) and glibc's free heap pages "
-                                 "(malloc_trim) after the rollout and after the update; and glibc's mmap threshold "
-                                 "fixed at 1 MiB (larger blocks are returned when freed; omtr.rl.memory). Changes no "
-                                 "value; false keeps the earlier behaviour.")
+                                 "(malloc_trim) after the rollout and after the update; and, in the passes that train, "
+                                 "glibc's mmap threshold fixed at 1 MiB (larger blocks are returned when freed; 32 MiB "
+                                 "in the rollout; omtr.rl.memory). Changes no value; false keeps the earlier "
+                                 "behaviour.")
     memory_phases: bool = _f(True, "Log each update's resident memory by phase: at each phase's end and the process's "
                                    "high-water mark then (mem_<phase>_end_mb, mem_<phase>_hwm_mb, mem_hwm_mb; "
                                    "omtr.rl.memory).")

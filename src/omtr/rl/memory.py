@@ -80,6 +80,22 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
     return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)))
 
 
+ROLLOUT_MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold (64-bit)
+
+
+@contextlib.contextmanager
+def mmap_threshold(nbytes: int = MMAP_THRESHOLD, after: int = ROLLOUT_MMAP_THRESHOLD):
+    """:func:`fix_mmap_threshold` at ``nbytes`` inside, ``after`` on the way out. The trainer wraps its
+    passes that train (few, large blocks: page faults cost little beside their matrix products) and
+    leaves the rollout (a decode step makes many blocks of a few MiB) at 32 MiB, where glibc's own
+    threshold ends up anyway; :func:`trim_heap` after the rollout hands its freed pages back."""
+    fix_mmap_threshold(nbytes)
+    try:
+        yield
+    finally:
+        fix_mmap_threshold(after)
+
+
 class PhaseMemory:
     """Resident memory of named phases (see the module doc).
 

@@ -65,7 +65,7 @@ from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name
 from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
-from omtr.rl.memory import PhaseMemory, fix_mmap_threshold, trim_heap
+from omtr.rl.memory import PhaseMemory, mmap_threshold, trim_heap
 from omtr.rl.metrics import MetricsMixin
 from omtr.rl.recipe import CollapseGuard, Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
@@ -201,8 +201,6 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         random.seed(cfg.seed)
         # resident memory by phase (omtr.rl.memory), logged with each update's metrics
         self._mem = PhaseMemory(cfg.memory_sample_ms / 1000, enabled=cfg.memory_phases)
-        if cfg.lean_memory:
-            fix_mmap_threshold()  # large blocks go back to the system when freed (process-wide)
         with self._mem.phase("setup"):
             self.models = build_models(cfg, model)
             self.distinct = list({id(m): m for m in self.models.values()}.values())
@@ -384,17 +382,20 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if self._stop_requested():
             return None
         recipe = self._observe_recipe(episodes, gate_open, len(kept), rolled)
-        t1 = time.perf_counter()
-        with self._mem.phase("old_logprobs"):
-            if not self.exact_rollout:
-                self._recompute_old(items, judge_items)
-            self._reference_pass(items)
-        ref_s = time.perf_counter() - t1
-        self._advantages(items)
-        log_path, validation = self._episode_log(episodes, items, first)
-        t2 = time.perf_counter()
-        with self._mem.phase("update"):
-            stats = self._update(items, judge_items)
+        # lean_memory: in the passes that train, blocks of 1 MiB and more go back to the system when freed
+        lean = mmap_threshold() if cfg.lean_memory else contextlib.nullcontext()
+        with lean:
+            t1 = time.perf_counter()
+            with self._mem.phase("old_logprobs"):
+                if not self.exact_rollout:
+                    self._recompute_old(items, judge_items)
+                self._reference_pass(items)
+            ref_s = time.perf_counter() - t1
+            self._advantages(items)
+            log_path, validation = self._episode_log(episodes, items, first)
+            t2 = time.perf_counter()
+            with self._mem.phase("update"):
+                stats = self._update(items, judge_items)
         if cfg.lean_memory:
             trim_heap()  # the update's activations and gradients' temporaries, freed
         update_s = time.perf_counter() - t2
