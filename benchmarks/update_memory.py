@@ -45,6 +45,7 @@ is reported (``nonfinite_old_logprobs``). One JSON object to stdout and ``--out`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -206,6 +207,14 @@ def child_phases(args) -> dict:
         report["reuse_first_logprobs"] = cfg.reuse_first_logprobs
         with sampler.phase("engine_refresh", report):
             tr._rollout_policy()  # the fast engine's int8 weights, held through the update as in training
+        report["lean_memory"] = cfg.lean_memory
+        lean = contextlib.ExitStack()
+        if cfg.lean_memory:  # as the trainer does after a rollout and around the passes that train
+            from omtr.rl.memory import mmap_threshold
+
+            with sampler.phase("release", report):
+                tr._release_rollout_memory()
+            lean.enter_context(mmap_threshold())
         items = [StepItem(**{**d, "group": tuple(d["group"])}) for d in data["items"]]
         if args.cut:  # the first --cut tokens of each completion (a prefix replays under the same masks)
             for it in items:
@@ -267,6 +276,7 @@ def child_phases(args) -> dict:
                                   for p in params]), f"{args.grads}.{args.path}.all.pt")
         with sampler.phase("step", report):
             values["grad_norm"] = float(tr.backend.step())
+        lean.close()
     sampler.close()
     report["maxrss_mb"] = round(_maxrss_mb())
     report["values"] = values

@@ -153,7 +153,7 @@ def test_rows_of_different_families_are_generated_in_groups_with_the_same_result
 
 def test_int8_engine_is_smaller_and_close(micro):
     fast = make_engine("fast", micro)
-    fp32 = make_engine("fast", micro, quantize=False)
+    fp32 = make_engine("fast", micro, quantize=False, share_fp32=False)  # fp32 copies of every fused slot
     gen = ("actor", "editor")  # the Judge's weights are fp32 in both
     assert fast.memory_bytes(gen) < 0.6 * fp32.memory_bytes(gen)
     sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=1)
@@ -182,6 +182,50 @@ def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
         assert down.wide.weight.dtype == torch.bfloat16 and down.wide.weight.data_ptr() not in own
     int8_down = make_engine("fast", micro, bf16_prefill=())  # down in int8 only: 1 byte a weight
     assert fp32_down.memory_bytes() < int8_down.memory_bytes() < default.memory_bytes()
+
+
+def test_judge_fp32_slots_share_the_policys_tensors_with_the_same_scores(micro):
+    """The Judge's fused gate/up (fp32, its adapters beside it) holds the policy's own gate and up
+    weights side by side instead of a concatenated copy: less memory, the same scores bit for bit
+    and the same generations (``share_fp32=False`` is the copy)."""
+    shared = make_engine("fast", micro, prefix_block=8)
+    copied = make_engine("fast", micro, prefix_block=8, share_fp32=False)
+    own = {p.data_ptr() for p in micro.base_model.parameters()}
+    for L in shared.weights["judge"].layers:
+        parts = getattr(L.gate_up, "base", L.gate_up).parts
+        assert len(parts) == 2 and all(p.weight.data_ptr() in own for p in parts)
+    assert shared.memory_bytes(["judge"]) < copied.memory_bytes(["judge"])
+    assert shared.memory_bytes() < copied.memory_bytes()
+    prompts = _family_prompts(2)
+    assert shared.judge(prompts) == copied.judge(prompts)
+    _same(copied.generate("actor", PROMPTS, GREEDY, constraint="off"),
+          shared.generate("actor", PROMPTS, GREEDY, constraint="off"))
+    fp32 = make_engine("fast", micro, quantize=False)  # an fp32 engine: unadapted fused slots are shared too
+    assert fp32.memory_bytes() < make_engine("fast", micro, quantize=False, share_fp32=False).memory_bytes()
+
+
+def test_released_engine_keeps_shared_linears_and_rebuilds_the_same(micro):
+    """release_caches(): the prefix cache and every role's own linears go (what a refresh after an
+    optimizer step makes anew anyway); the shared ones stay; the next call rebuilds the rest and
+    gives the same tokens, log-probs and Judge scores bit for bit."""
+    fast = make_engine("fast", micro, prefix_block=8)
+    prompts = _family_prompts(2)
+    sampling = Sampling(greedy=False, temperature=0.7, top_p=1.0, max_new_tokens=16, seed=4)
+    want = fast.generate("actor", PROMPTS, sampling, constraint="off")
+    want_judge = fast.judge(prompts)
+    held = fast.memory_bytes()
+    shared = {k: v[1] for k, v in fast._built.items() if k[0] is None}
+    own = sum(k[0] is not None for k in fast._built)
+    assert shared and own and fast.prefix_cache.blocks > 0
+    fast.release_caches()
+    assert fast.prefix_cache.blocks == 0 and fast.weights == {} and fast.memory_bytes() == 0
+    assert all(fast._built[k][1] is mod for k, mod in shared.items()), "shared linears are kept"
+    _same(want, fast.generate("actor", PROMPTS, sampling, constraint="off"))
+    assert fast.rebuilt == own, "only the roles' own linears were built again"
+    assert fast.judge(prompts) == want_judge
+    assert fast.memory_bytes() == held
+    fast.release_caches(adapted=False)  # the prefix cache only
+    assert fast.weights and fast.prefix_cache.blocks == 0
 
 
 def test_masks_identical_across_engines(micro):

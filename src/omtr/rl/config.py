@@ -147,6 +147,19 @@ class TrainConfig:
                                    "head and losses stay fp32) or auto (bf16 where the device has it natively, fp32 "
                                    "elsewhere; the small profile's). bf16 where the device has native bf16 (these "
                                    "CPUs: avx512_bf16); elsewhere it falls back to fp32 with one log line.")
+    lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
+                                 "rollout engine's prefix cache after the rollout (stale once the update moves the "
+                                 "parameters; a refresh would drop it anyway) and glibc's free heap pages "
+                                 "(malloc_trim) after the rollout and after the update; and, in the passes that train, "
+                                 "glibc's mmap threshold fixed at 1 MiB (larger blocks are returned when freed; 32 MiB "
+                                 "in the rollout; omtr.rl.memory). Changes no value; false keeps the earlier "
+                                 "behaviour.")
+    memory_phases: bool = _f(True, "Log each update's resident memory by phase: at each phase's end and the process's "
+                                   "high-water mark then (mem_<phase>_end_mb, mem_<phase>_hwm_mb, mem_hwm_mb; "
+                                   "omtr.rl.memory).")
+    memory_sample_ms: float = _f(0.0, "With memory_phases: also sample the resident set every this many ms on a thread "
+                                      "for each phase's own peak (mem_<phase>_peak_mb); 0: no thread (a thread waking "
+                                      "often slows torch on a machine whose cores are all busy).")
 
     # ---------------------------------------------------------------- ablations (paper Table 4)
     use_judge: bool = _f(True, "False: no Judge (no s_J in R_A, no L_J).")

@@ -65,6 +65,7 @@ from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name
 from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
+from omtr.rl.memory import PhaseMemory, mmap_threshold, trim_heap
 from omtr.rl.metrics import MetricsMixin
 from omtr.rl.recipe import CollapseGuard, Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
@@ -199,14 +200,17 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
                             self.coll.world, cfg.tasks_per_batch, self.coll.world - cfg.tasks_per_batch)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.models = build_models(cfg, model)
-        self.distinct = list({id(m): m for m in self.models.values()}.values())
-        from omtr.rollout import make_engine
+        # resident memory by phase (omtr.rl.memory), logged with each update's metrics
+        self._mem = PhaseMemory(cfg.memory_sample_ms / 1000, enabled=cfg.memory_phases)
+        with self._mem.phase("setup"):
+            self.models = build_models(cfg, model)
+            self.distinct = list({id(m): m for m in self.models.values()}.values())
+            from omtr.rollout import make_engine
 
-        # one rollout engine per distinct model; hf is the model itself
-        opts = {"prefix_cache": cfg.prefix_cache, "prefix_cache_mb": cfg.prefix_cache_mb} \
-            if cfg.rollout_engine == "fast" else {}
-        self.engines = {id(m): make_engine(cfg.rollout_engine, m, **opts) for m in self.distinct}
+            # one rollout engine per distinct model; hf is the model itself
+            opts = {"prefix_cache": cfg.prefix_cache, "prefix_cache_mb": cfg.prefix_cache_mb} \
+                if cfg.rollout_engine == "fast" else {}
+            self.engines = {id(m): make_engine(cfg.rollout_engine, m, **opts) for m in self.distinct}
         self.exact_rollout = all(e.exact for e in self.engines.values())
         from omtr.model.precision import resolve_update_dtype
 
@@ -326,47 +330,50 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         t0 = time.perf_counter()
         start, mine = self.rank_tasks()
         self.rollout_task_ids = [t.id for t in mine]
-        policy, self._refresh_s = self._rollout_policy()
-        gate_open = cfg.use_judge and self.judge_gate.open  # decided on earlier updates' specs
-        # Episodes are numbered within the cycle, over the whole batch: this rank's come after the
-        # lower ranks' (contiguous shares). Dynamic sampling's replacement rounds number on inside
-        # the rank's share, which is `rounds` times wider then.
-        rounds = cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1
-        first = ((self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task) * rounds
-        episodes: list[Episode] = []
-        items: list[StepItem] = []
-        judge_items: list[JudgeItem] = []
-        kept: set = set()  # groups with signal (dynamic sampling)
-        batch, rolled = mine, 0
-        for r in range(rounds):
-            tasks = [t for t in batch for _ in range(cfg.samples_per_task)]
-            sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens,
-                                seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank + 7_000_003 * r)
-            eps = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
-                               budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
-                               judge=cfg.use_judge) if tasks else []
-            its, jits = rewarded_items(eps, first + len(episodes), cfg, self.score, self.update, judge_term=gate_open)
-            episodes += eps
-            items += its
-            judge_items += jits
-            rolled += len(batch)
-            if not cfg.dynamic_sampling:
-                break
-            kept |= select_groups(its, len(mine) - len(kept))
-            missing = len(mine) - len(kept)
-            if missing <= 0 or r == rounds - 1 or self._stop.is_set():
-                break
-            batch = self.replacement_tasks(missing, r + 1, {e.task.id for e in episodes})
-        if cfg.dynamic_sampling:
-            for it in items:
-                it.skip = it.group not in kept
-        if cfg.judge_items_per_update and len(judge_items) > cfg.judge_items_per_update:
-            judge_items = balanced_sample(judge_items, cfg.judge_items_per_update // max(1, self.coll.world) or 1,
-                                          random.Random(cfg.seed * 1_000_003 + 31 * self.update + self.coll.rank))
-        offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
-        for k, j in enumerate(judge_items):
-            j.index = offset + k
+        with self._mem.phase("rollout"):
+            policy, self._refresh_s = self._rollout_policy()
+            gate_open = cfg.use_judge and self.judge_gate.open  # decided on earlier updates' specs
+            # Episodes are numbered within the cycle, over the whole batch: this rank's come after the
+            # lower ranks' (contiguous shares). Dynamic sampling's replacement rounds number on inside
+            # the rank's share, which is `rounds` times wider then.
+            rounds = cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1
+            first = ((self.update % cfg.updates_per_cycle) * cfg.episodes_per_batch + start * cfg.samples_per_task) * rounds
+            episodes: list[Episode] = []
+            items: list[StepItem] = []
+            judge_items: list[JudgeItem] = []
+            kept: set = set()  # groups with signal (dynamic sampling)
+            batch, rolled = mine, 0
+            for r in range(rounds):
+                tasks = [t for t in batch for _ in range(cfg.samples_per_task)]
+                sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=cfg.max_new_tokens,
+                                    seed=cfg.seed * 7919 + self.update + 1_000_003 * self.coll.rank + 7_000_003 * r)
+                eps = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
+                                   budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
+                                   judge=cfg.use_judge) if tasks else []
+                its, jits = rewarded_items(eps, first + len(episodes), cfg, self.score, self.update, judge_term=gate_open)
+                episodes += eps
+                items += its
+                judge_items += jits
+                rolled += len(batch)
+                if not cfg.dynamic_sampling:
+                    break
+                kept |= select_groups(its, len(mine) - len(kept))
+                missing = len(mine) - len(kept)
+                if missing <= 0 or r == rounds - 1 or self._stop.is_set():
+                    break
+                batch = self.replacement_tasks(missing, r + 1, {e.task.id for e in episodes})
+            if cfg.dynamic_sampling:
+                for it in items:
+                    it.skip = it.group not in kept
+            if cfg.judge_items_per_update and len(judge_items) > cfg.judge_items_per_update:
+                judge_items = balanced_sample(judge_items, cfg.judge_items_per_update // max(1, self.coll.world) or 1,
+                                              random.Random(cfg.seed * 1_000_003 + 31 * self.update + self.coll.rank))
+            offset = sum(self.coll.gather(len(judge_items))[:self.coll.rank])
+            for k, j in enumerate(judge_items):
+                j.index = offset + k
+        if cfg.lean_memory:
+            self._release_rollout_memory()
         rollout_s = time.perf_counter() - t0
         log.info("update %d%s: rollout of %d episodes, %d planner calls, %d new tokens in %.1f s%s", self.update + 1,
                  f" (rank {self.coll.rank}/{self.coll.world})" if self.coll.active else "",
@@ -376,15 +383,22 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if self._stop_requested():
             return None
         recipe = self._observe_recipe(episodes, gate_open, len(kept), rolled)
-        t1 = time.perf_counter()
-        if not self.exact_rollout:
-            self._recompute_old(items, judge_items)
-        self._reference_pass(items)
-        ref_s = time.perf_counter() - t1
-        self._advantages(items)
-        log_path, validation = self._episode_log(episodes, items, first)
-        t2 = time.perf_counter()
-        stats = self._update(items, judge_items)
+        # lean_memory: in the passes that train, blocks of 1 MiB and more go back to the system when freed
+        lean = mmap_threshold() if cfg.lean_memory else contextlib.nullcontext()
+        with lean:
+            t1 = time.perf_counter()
+            with self._mem.phase("old_logprobs"):
+                if not self.exact_rollout:
+                    self._recompute_old(items, judge_items)
+                self._reference_pass(items)
+            ref_s = time.perf_counter() - t1
+            self._advantages(items)
+            log_path, validation = self._episode_log(episodes, items, first)
+            t2 = time.perf_counter()
+            with self._mem.phase("update"):
+                stats = self._update(items, judge_items)
+        if cfg.lean_memory:
+            trim_heap()  # the update's activations and gradients' temporaries, freed
         update_s = time.perf_counter() - t2
         engine_kl = None if self.exact_rollout else self._engine_kl()  # the first step's steps counted in the update
         self.update += 1
@@ -398,6 +412,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if not self.exact_rollout:
             metrics["engine_refresh_s"] = self._refresh_s
         metrics.update(recipe)
+        metrics.update(self._mem.metrics())
+        self._mem.reset()
         if self.probe is not None and self.coll.is_main and (self.update % self.probe_every == 0
                                                             or self.update == cfg.total_updates):
             metrics.update(self._run_probe(env))
@@ -414,6 +430,18 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         refresh_s = sum(e.refresh() for e in self.engines.values() if getattr(e, "_stale", False))
         engines = {r: self.engines[id(m)] for r, m in self.models.items()}
         return (engines["actor"] if len(self.distinct) == 1 else RoleRouter(engines)), refresh_s
+
+    def _release_rollout_memory(self) -> None:
+        """After the rollout: drop what only a rollout with the same parameters would read again (the
+        engines' prefix caches, the policies' stored generation prefixes; the update moves the
+        parameters and a refresh drops them anyway) and hand the freed heap pages back (``lean_memory``)."""
+        for e in self.engines.values():
+            release = getattr(e, "release_caches", None)
+            if release is not None:
+                release()
+        for m in self.distinct:
+            getattr(m, "forget_prefixes", lambda: None)()
+        trim_heap()
 
     def _run_probe(self, env) -> dict:
         """The held-out probe on the policy as it now is (engines refreshed after the update)."""

@@ -1,0 +1,157 @@
+"""Resident memory by phase (omtr.rl.memory) and the trainer's lean_memory: the phases are measured,
+the rollout's prefix cache and the engine's per-role linears are not held through the update, glibc
+hands freed memory back, and nothing the update computes changes."""
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from omtr.rl.config import train_profile  # noqa: E402
+from omtr.rl.memory import PhaseMemory, fix_mmap_threshold, hwm_mb, rss_mb, trim_heap  # noqa: E402
+from omtr.tasks.training import TrainingTask  # noqa: E402
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")
+
+
+@linux
+def test_a_phase_sees_its_peak_and_its_end():
+    mem = PhaseMemory(interval_s=0.005)
+    try:
+        with mem.phase("outer"):
+            with mem.phase("big"):
+                x = torch.ones(64 * 2**20 // 4 * 4)  # 256 MiB, touched
+                x.add_(1.0)
+                del x
+            with mem.phase("small"):
+                pass
+        big, outer = mem.phases["big"], mem.phases["outer"]
+        assert big["peak_mb"] - big["start_mb"] > 200
+        assert big["end_mb"] < big["peak_mb"] - 200
+        assert outer["peak_mb"] >= big["peak_mb"], "an enclosing phase keeps the peak of what it encloses"
+        assert mem.phases["small"]["peak_mb"] < big["peak_mb"] - 200
+        m = mem.metrics()
+        assert {"mem_big_peak_mb", "mem_big_end_mb", "mem_outer_peak_mb", "mem_hwm_mb"} <= set(m)
+        assert m["mem_hwm_mb"] >= m["mem_big_peak_mb"] - 1
+        mem.reset()
+        assert mem.metrics().keys() == {"mem_hwm_mb"}
+    finally:
+        mem.close()
+    quiet = PhaseMemory()  # no sampling: no thread; the end and the high-water mark at the end
+    with quiet.phase("big"):
+        x = torch.ones(300 * 2**20 // 4)
+        x.add_(1.0)
+        del x
+    assert quiet._thread is None
+    rec = quiet.phases["big"]
+    assert "peak_mb" not in rec and rec["hwm_mb"] - rec["start_mb"] > 250 and rec["end_mb"] < rec["hwm_mb"] - 250
+    assert rss_mb() > 0 and hwm_mb() >= rss_mb() - 1
+
+
+@linux
+def test_trim_heap_hands_freed_small_allocations_back():
+    import ctypes
+
+    if not trim_heap():
+        pytest.skip("not glibc")
+    # many small blocks (below glibc's mmap threshold) live in the heap; freed, they stay resident
+    # until trimmed unless the top of the heap happens to be free
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: a fixed value, so that free() alone does not trim
+    ptrs = []
+    for _ in range(20000):
+        p = libc.malloc(8192)
+        ctypes.memset(p, 1, 8192)
+        ptrs.append(p)
+    keep = ptrs[-1]
+    for p in ptrs[:-1]:
+        libc.free(p)
+    before = rss_mb()
+    trim_heap()
+    after = rss_mb()
+    libc.free(keep)
+    assert before - after > 100, (before, after)
+
+
+@linux
+def test_with_a_fixed_mmap_threshold_freed_tensors_leave_at_once():
+    """Blocks of 1 MiB and more get pages of their own and go back when freed, even after a larger
+    block freed earlier would have raised glibc's (dynamic) threshold above them."""
+    if not fix_mmap_threshold():
+        pytest.skip("not glibc")
+    big = torch.ones(24 * 2**20 // 4)  # 24 MiB, mmapped; freed, it would raise a dynamic threshold to 24 MiB
+    del big
+    before = rss_mb()
+    blocks, keep = [], []
+    for _ in range(100):  # 100 x 3 MiB, touched, each followed by a small live tensor (which would pin a heap)
+        blocks.append(torch.ones(2**20 // 4 * 3))
+        keep.append(torch.ones(1024))
+    during = rss_mb()
+    del blocks
+    after = rss_mb()
+    assert during - before > 250
+    assert after - before < 50, (before, during, after)  # without the fixed threshold: ~300 MiB stay
+
+
+TASKS = [TrainingTask(f"t{i}", "blocksworld", None, f"Put block b{i} on the table, then stack b{i + 1} on it.")
+         for i in range(4)]
+
+
+class NoPlanner:
+    def solve_many(self, specs):
+        from omtr.solver import solve
+
+        return [solve(d, p) for d, p in specs]
+
+
+def _run(tmp_path, name, **kw):
+    from omtr.model import build_model
+    from omtr.rl.trainer import Trainer
+
+    torch.manual_seed(0)
+    model = build_model("micro")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # non-zero LoRA B: gradients reach every adapter
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    cfg = train_profile("micro").replace(cycles=1, updates_per_cycle=1, episodes_per_batch=4, max_new_tokens=12,
+                                         save_model_every_cycle=False, validate_logs=False, mlflow=False,
+                                         rollout_engine="fast", **kw)
+    tr = Trainer(cfg, TASKS, tmp_path / name, env=NoPlanner(), quiet=True, model=model)
+    engine = tr.engines[id(model)]
+    blocks_at_update = []
+    update = tr._update
+
+    def watched(items, judge_items):
+        blocks_at_update.append((engine.prefix_cache.blocks, len(engine.weights)))
+        return update(items, judge_items)
+
+    tr._update = watched
+    assert tr.run() == "finished"
+    return tr, blocks_at_update
+
+
+def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothing(tmp_path):
+    torch.set_num_threads(1)
+    lean, lean_blocks = _run(tmp_path, "lean")
+    kept, kept_blocks = _run(tmp_path, "kept", lean_memory=False)
+    assert kept_blocks[0][0] > 0 and kept_blocks[0][1] == 3, "the rollout left blocks and weights (the test needs some)"
+    assert lean_blocks == [(0, 0)], "lean_memory: the rollout's prefix cache and the roles' own linears are gone"
+    a, b = lean.trainable_state(), kept.trainable_state()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[n], b[n]) for n in a), "the same update"
+    h = lean.history[-1]
+    for phase in ("setup", "rollout", "old_logprobs", "update"):
+        assert h[f"mem_{phase}_hwm_mb"] >= h[f"mem_{phase}_end_mb"] > 0
+        assert f"mem_{phase}_peak_mb" not in h  # sampled only with memory_sample_ms
+    assert h["mem_hwm_mb"] >= h["mem_update_hwm_mb"] >= h["mem_rollout_hwm_mb"]
+    off, _ = _run(tmp_path, "off", memory_phases=False)
+    assert not any(k.startswith("mem_") for k in off.history[-1])
+    sampled, _ = _run(tmp_path, "sampled", memory_sample_ms=5.0)
+    h = sampled.history[-1]
+    assert h["mem_update_peak_mb"] >= h["mem_update_end_mb"] and h["mem_hwm_mb"] >= h["mem_update_peak_mb"] - 1
+    sampled._mem.close()
