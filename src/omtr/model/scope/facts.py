@@ -40,6 +40,10 @@ class FactsRule:
         self._statement = objects if facts and getattr(objects, "predicates", False) else None
         reading = getattr(objects, "reading", None)
         self._nameless_init = reading.nameless[0] if reading is not None else 0
+        # the parts the facts bind: both, or in plain English the goal alone, whose clauses' atoms
+        # :init may then not hold (a goal that already holds asks for nothing)
+        self.fact_parts = tuple(getattr(reading, "fact_parts", ("init", "goal"))) if facts else ()
+        self.fresh_goal = facts is not None and "init" not in self.fact_parts
 
     def _bind_predicates(self) -> None:
         """The predicates rule: once the domain's predicates are known (given, or when the answer's
@@ -54,6 +58,14 @@ class FactsRule:
         # ("location_0_0 is an airport"), so none of them is a static fact it left out.
         self.stated = frozenset(p for part in bound.values() for p in
                                 [e[1] for e in part[0]] + list(part[1]) if p is not None)
+
+    def _goal_clause_atom(self, pred: str, args) -> bool:
+        """Plain English (:attr:`fresh_goal`): could the atom ``(pred args...)`` stand for one of the
+        goal's clauses? Then ``:init`` may not hold it (the goal would already hold)."""
+        if not self.fresh_goal or self.fact_left is None:
+            return False
+        key = tuple(self._fname(a) for a in args)
+        return any(k == key and p in (None, pred) for k, p in self.fact_left["goal"])
 
     def _fname(self, obj: str) -> str | None:
         """The statement's name an object stands for, or None."""

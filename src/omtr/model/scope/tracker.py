@@ -158,7 +158,7 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         under_not = parent.kind == NOT
         conj = self._conj_of(f)
         out = {p for p in self.preds if self._room(conj, under_not, p, [], ctx) and self._fits(p)}
-        if self.fact_left is not None and ctx in ("init", "goal"):
+        if self.fact_left is not None and ctx in self.fact_parts:
             out = {p for p in out if self._fact_path(ctx, p, [], conj, under_not)}
         eq = ctx == "pre" and self.equality and bool(self._terms("pre"))
         if eq:
@@ -186,8 +186,10 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
             return []
         conj = self._conj_of(f)
         out = [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
-        if self.fact_left is not None and f.ctx in ("init", "goal"):
+        if self.fact_left is not None and f.ctx in self.fact_parts:
             out = [c for c in out if self._fact_path(f.ctx, f.pred, f.args + [c], conj, f.neg)]
+        elif f.ctx == "init" and self.fresh_goal and i + 1 == len(cands):
+            out = [c for c in out if not self._goal_clause_atom(f.pred, f.args + [c])]
         return out
 
     def admits(self, text: str) -> bool:
@@ -453,8 +455,10 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
             if f.ctx == "eff" and f.pred not in self.fluents:
                 self._mutable_tables()
                 self.fluents.add(f.pred)
-            if self.fact_left is not None and f.ctx in ("init", "goal"):
+            if self.fact_left is not None and f.ctx in self.fact_parts:
                 self._fact_written(f)
+            elif f.ctx == "init" and self._goal_clause_atom(f.pred, f.args):
+                raise Reject  # plain English: a goal clause's atom in :init (the goal would already hold)
             if self._conj_of(f) is not None:
                 self._record((f.neg, f.pred, tuple(f.args)))
         elif k == EQ:
