@@ -127,7 +127,7 @@ class Reading:
         """The statement rules this reading is sure enough for (module doc)."""
         if not self.names or self.layout == "none":
             return ()
-        if self.layout == "planbench" or (self.layout == "plain" and self.goal):
+        if self.layout == "planbench" or (self.layout == "plain" and (self.goal or self.init)):
             return (RULE_OBJECTS, RULE_FACTS, RULE_PREDICATES)
         return (RULE_OBJECTS,)
 
@@ -135,7 +135,9 @@ class Reading:
     def fact_parts(self) -> tuple[str, ...]:
         """The parts the facts rule binds: both in PlanBench's layout; the goal alone in plain English
         (whose initial state is never stated in full), where ``:init`` holds no goal clause's atom."""
-        return ("goal",) if self.layout == "plain" else ("init", "goal")
+        if self.layout == "plain":
+            return ("goal",) if self.goal else ()
+        return ("init", "goal")
 
     @property
     def closed(self) -> bool:
@@ -336,6 +338,8 @@ def _plain_names(tokens: list[str]) -> list[bool]:
                     j += 1
             else:
                 break
+            if len(items) == k:
+                break
             j += 1
         if len(items) == k:
             for j in items:
@@ -355,19 +359,77 @@ def _range_names(tokens: list[str]) -> list[str]:
     return out
 
 
-def _goal_clause(tokens: list[str], name: list[bool]) -> Clause | None:
+_INIT_RELATIONS = frozenset("on onto in at".split())
+
+
+def _goal_clause(tokens: list[str], name: list[bool], relations=_RELATIONS) -> Clause | None:
     """One clause of a goal sentence as "X on Y" / "X to Y" over two names, or None when it does
     not read so (the goal is then not read at all)."""
     at = [i for i, t in enumerate(tokens) if name[i]]
     if len(at) != 2 or any(t in _NEGATING for t in tokens):
         return None
     x, y = at
-    if not any(t in _RELATIONS for t in tokens[x + 1:y]) or len(tokens) - y > 2:
+    if not any(t in relations for t in tokens[x + 1:y]) or not (len(tokens) - y <= 2 and set(tokens[y + 1:]) <= _NOUNS):
         return None
-    if any(not _is_word(t) for t in tokens):
+    if any(not _is_word(t) for t in tokens) or _range_names([tokens[x], "to", tokens[y]]):
         return None
-    text = " ".join(tokens)
-    return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]), _norm(tokens[y])), text)
+    return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]), _norm(tokens[y])), " ".join(tokens))
+
+
+_SUBJECT_WORDS = frozenset("there are is two three four five six seven eight nine ten blocks block balls ball "
+                           "objects object packages package crates crate".split())
+# Nouns that may stand beside a name without changing what a clause says ("block x", "the green one").
+_NOUNS = frozenset("block blocks ball balls object objects package packages parcel crate crates pallet pallets "
+                   "truck trucks hoist room city airplane plane location one".split())
+_PLURAL_VERBS = frozenset("are lie sit stand wait".split())
+
+
+def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
+    """The clauses of a sentence that states the initial state, where they read surely: two names
+    joined by on, onto, in or at ("b sits on c", "a is on top of b", "truck t is at north"); one
+    name with words that name a predicate of one argument ("z is on the table": the predicates rule
+    binds it); and a list of names that a plural phrase follows ("a and b, on the table", "b1, b2
+    and b3 lie in room a": each name with the phrase). A clause of one name binds only where its
+    words name a predicate of the domain (the scope rules drop it otherwise, :mod:`omtr.model.scope.facts`)."""
+    out: list[Clause] = []
+    pending: list[str] = []
+    start = 0
+    for j in range(len(tokens) + 1):
+        if j < len(tokens) and tokens[j] not in (",", "and"):
+            continue
+        part, pf = tokens[start:j], name[start:j]
+        start = j + 1
+        if not part:
+            continue
+        at = [i for i, f in enumerate(pf) if f]
+        if any(t in _NEGATING for t in part):
+            pending = []
+            continue
+        if len(at) == 1 and all(t in _SUBJECT_WORDS for i, t in enumerate(part) if i != at[0]):
+            pending.append(part[at[0]])  # "a", "four blocks a": a subject waiting for its phrase
+            continue
+        two = _goal_clause(part, pf, _INIT_RELATIONS)
+        if two is not None:
+            out.append(two)
+            x = at[0]
+            if pending and part[x + 1:x + 2] and part[x + 1] in _PLURAL_VERBS:
+                out += [Clause(tuple(_norm(w) for w in [p] + part[x + 1:]), (_norm(p), two.key[1]),
+                               " ".join([p] + part[x + 1:])) for p in pending]
+            pending = []
+            continue
+        subjects, phrase = [], []
+        if len(at) == 1 and set(part[:at[0]]) <= _NOUNS | {"the", "an"}:  # "the green block is on the table"
+            phrase = part[at[0] + 1:]
+            if phrase[:1] and phrase[0] in _NOUNS:
+                phrase = phrase[1:]
+            subjects = [part[at[0]]] + (pending if phrase[:1] and phrase[0] in _PLURAL_VERBS else [])
+        elif not at and pending and part[0] in _INIT_RELATIONS:  # "a and b, on the table"
+            subjects, phrase = pending, part
+        for sub in subjects:
+            if phrase and all(_is_word(w) for w in phrase):
+                out.append(Clause(tuple(_norm(w) for w in [sub] + phrase), (_norm(sub),), " ".join([sub] + phrase)))
+        pending = []
+    return out
 
 
 def read_plain(text: str) -> Reading:
@@ -406,9 +468,11 @@ def read_plain(text: str) -> Reading:
     goal: list[Clause] = []
     sure = True
     asked = 0
+    init: list[Clause] = []
     for sent, toks, fl in zip(sentences, tokenized, flags):
         m = _WANTED.search(sent)
         if not (toks and toks[0] in _ASKING) and not m:
+            init += _init_clauses(toks, fl)
             continue
         asked += 1
         if m:  # from "so that" / "want" on: the words before it say how, not what
@@ -422,20 +486,19 @@ def read_plain(text: str) -> Reading:
             start = j + 1
             if not part:
                 continue
-            c = _goal_clause(part, pf)
+            c = _goal_clause(part, pf, _RELATIONS)
             if c is None:
                 sure = False
                 break
             goal.append(c)
-        if not sure:
-            break
     names = tuple(spelled.values())
     if not (sure and goal and asked):
-        return Reading("plain", names, words=words,
-                       why=f"free English: {len(names)} names introduced, the goal not read: the names rule only")
-    return Reading("plain", names, (), tuple(goal), words=words,
-                   why=f"free English: {len(names)} names introduced, {len(goal)} goal clauses read: the names rule, "
-                       "and the facts rule on the goal")
+        goal = []
+    # a clause the goal states too is not read as part of the initial state (the goal would hold)
+    init = list(dict.fromkeys(c for c in init if c.key not in {g.key for g in goal}))
+    how = (f"{len(goal)} goal clauses" if goal else "the goal not read") + f", {len(init)} initial clauses read"
+    return Reading("plain", names, tuple(init), tuple(goal), words=words,
+                   why=f"free English: {len(names)} names introduced, {how}")
 
 
 # ------------------------------------------------------------------ the views the rest of omtr uses

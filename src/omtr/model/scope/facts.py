@@ -43,7 +43,11 @@ class FactsRule:
         # the parts the facts bind: both, or in plain English the goal alone, whose clauses' atoms
         # :init may then not hold (a goal that already holds asks for nothing)
         self.fact_parts = tuple(getattr(reading, "fact_parts", ("init", "goal"))) if facts else ()
-        self.fresh_goal = facts is not None and "init" not in self.fact_parts
+        # plain English: :init is open (its English is never complete) but holds an atom for each of
+        # its sure clauses, and none a goal clause stands for
+        self.open_init = facts is not None and getattr(reading, "layout", "") == "plain"
+        if self.open_init:
+            self._open_init_clauses()
 
     def _bind_predicates(self) -> None:
         """The predicates rule: once the domain's predicates are known (given, or when the answer's
@@ -54,18 +58,40 @@ class FactsRule:
         bound = self._statement.clause_facts(self.preds)
         self.fact_left = {part: bound[part][0] for part in ("init", "goal")}
         self.fact_free = {part: bound[part][1] for part in ("init", "goal")}
+        if self.open_init:
+            self._open_init_clauses()
         # The predicates the statement's own clauses name: facts the English states one by one
         # ("location_0_0 is an airport"), so none of them is a static fact it left out.
         self.stated = frozenset(p for part in bound.values() for p in
                                 [e[1] for e in part[0]] + list(part[1]) if p is not None)
 
+    def _open_init_clauses(self) -> None:
+        """Plain English: the :init clauses an atom must stand for are those over two names ("b sits
+        on c") and those over one whose words name the predicate ("z is on the table": ``ontable``);
+        a clause of one name whose predicate is not known is dropped (not sure what it says)."""
+        keep = tuple(e for e in self.fact_left["init"] if len(e[0]) == 2 or e[1] is not None)
+        self.fact_left = {**self.fact_left, "init": keep}
+        self.fact_free = {**self.fact_free, "init": ()}
+
     def _goal_clause_atom(self, pred: str, args) -> bool:
-        """Plain English (:attr:`fresh_goal`): could the atom ``(pred args...)`` stand for one of the
+        """Plain English (:attr:`open_init`): could the atom ``(pred args...)`` stand for one of the
         goal's clauses? Then ``:init`` may not hold it (the goal would already hold)."""
-        if not self.fresh_goal or self.fact_left is None:
+        if not self.open_init or self.fact_left is None:
             return False
         key = tuple(self._fname(a) for a in args)
         return any(k == key and p in (None, pred) for k, p in self.fact_left["goal"])
+
+    def _open_init_written(self, f: Frame) -> None:
+        """Plain English: an atom of :init closed: refused if a goal clause stands for it, else it
+        uses the :init clause it stands for, if any (other atoms are the model's own)."""
+        if self._goal_clause_atom(f.pred, f.args):
+            raise Reject
+        key = tuple(self._fname(a) for a in f.args)
+        left = list(self.fact_left["init"])
+        fits = [e for e in left if e[0] == key and e[1] in (None, f.pred)]
+        if fits:
+            left.remove(next((e for e in fits if e[1] == f.pred), fits[0]))
+            self.fact_left = {**self.fact_left, "init": tuple(left)}
 
     def _fname(self, obj: str) -> str | None:
         """The statement's name an object stands for, or None."""

@@ -188,7 +188,7 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         out = [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
         if self.fact_left is not None and f.ctx in self.fact_parts:
             out = [c for c in out if self._fact_path(f.ctx, f.pred, f.args + [c], conj, f.neg)]
-        elif f.ctx == "init" and self.fresh_goal and i + 1 == len(cands):
+        elif f.ctx == "init" and self.open_init and i + 1 == len(cands):
             out = [c for c in out if not self._goal_clause_atom(f.pred, f.args + [c])]
         return out
 
@@ -457,8 +457,8 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
                 self.fluents.add(f.pred)
             if self.fact_left is not None and f.ctx in self.fact_parts:
                 self._fact_written(f)
-            elif f.ctx == "init" and self._goal_clause_atom(f.pred, f.args):
-                raise Reject  # plain English: a goal clause's atom in :init (the goal would already hold)
+            elif f.ctx == "init" and self.open_init:
+                self._open_init_written(f)  # plain English: open, but no goal clause's atom
             if self._conj_of(f) is not None:
                 self._record((f.neg, f.pred, tuple(f.args)))
         elif k == EQ:
