@@ -81,6 +81,23 @@ class FactsRule:
         key = tuple(self._fname(a) for a in args)
         return any(k == key and p in (None, pred) for k, p in self.fact_left["goal"])
 
+    def _open_init_path(self, pred: str, prefix: list[str], conj: Frame | None) -> bool:
+        """Plain English: can ``(pred prefix...)`` still end as an :init atom not yet written that no
+        goal clause stands for?"""
+        cands = self._candidates("init", pred)
+        rest = [cands[j] for j in range(len(prefix), len(cands))]
+        if not all(rest):
+            return len(prefix) == len(cands) and not self._goal_clause_atom(pred, prefix)
+        used = conj.used if conj is not None and conj.used else set()
+        n = 1
+        for r in rest:
+            n *= len(r)
+            if n > len(used) + len(self.fact_left["goal"]):
+                return True  # more completions than atoms that could rule them out
+        return any((False, pred, tuple(prefix) + combo) not in used
+                   and not self._goal_clause_atom(pred, list(prefix) + list(combo))
+                   for combo in itertools.product(*rest))
+
     def _open_init_written(self, f: Frame) -> None:
         """Plain English: an atom of :init closed: refused if a goal clause stands for it, else it
         uses the :init clause it stands for, if any (other atoms are the model's own)."""

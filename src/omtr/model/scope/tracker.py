@@ -160,6 +160,8 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         out = {p for p in self.preds if self._room(conj, under_not, p, [], ctx) and self._fits(p)}
         if self.fact_left is not None and ctx in self.fact_parts:
             out = {p for p in out if self._fact_path(ctx, p, [], conj, under_not)}
+        elif ctx == "init" and self.open_init:
+            out = {p for p in out if self._open_init_path(p, [], conj)}
         eq = ctx == "pre" and self.equality and bool(self._terms("pre"))
         if eq:
             out.add("=")
@@ -188,8 +190,8 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         out = [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
         if self.fact_left is not None and f.ctx in self.fact_parts:
             out = [c for c in out if self._fact_path(f.ctx, f.pred, f.args + [c], conj, f.neg)]
-        elif f.ctx == "init" and self.open_init and i + 1 == len(cands):
-            out = [c for c in out if not self._goal_clause_atom(f.pred, f.args + [c])]
+        elif f.ctx == "init" and self.open_init:
+            out = [c for c in out if self._open_init_path(f.pred, f.args + [c], conj)]
         return out
 
     def admits(self, text: str) -> bool:
