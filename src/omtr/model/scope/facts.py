@@ -87,15 +87,17 @@ class FactsRule:
         cands = self._candidates("init", pred)
         rest = [cands[j] for j in range(len(prefix), len(cands))]
         if not all(rest):
-            return len(prefix) == len(cands) and not self._goal_clause_atom(pred, prefix)
+            return (len(prefix) == len(cands) and not self._goal_clause_atom(pred, prefix)
+                    and self._mutex_ok(pred, prefix))
         used = conj.used if conj is not None and conj.used else set()
         n = 1
         for r in rest:
             n *= len(r)
-            if n > len(used) + len(self.fact_left["goal"]):
+            if n > len(used) + len(self.fact_left["goal"]) and not self.mutex:
                 return True  # more completions than atoms that could rule them out
         return any((False, pred, tuple(prefix) + combo) not in used
                    and not self._goal_clause_atom(pred, list(prefix) + list(combo))
+                   and self._mutex_ok(pred, list(prefix) + list(combo))
                    for combo in itertools.product(*rest))
 
     def _open_init_written(self, f: Frame) -> None:
@@ -136,7 +138,7 @@ class FactsRule:
         if any(self._fname(a) is not None for a in prefix):
             return False
         rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), len(cands))]
-        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest, ctx)
 
     def _key_fits(self, ctx: str, pred: str, entry: tuple, prefix: list[str], conj: Frame | None,
                   neg: bool = False) -> bool:
@@ -150,14 +152,19 @@ class FactsRule:
         if len(key) != len(cands) or any(self._fname(a) != k for a, k in zip(prefix, key)):
             return False
         rest = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(prefix), len(key))]
-        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest, ctx)
 
-    @staticmethod
-    def _unwritten(conj: Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]]) -> bool:
-        """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj``?"""
-        if conj is None or not conj.used:
+    def _unwritten(self, conj: Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]],
+                   ctx: str | None = None) -> bool:
+        """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj`` (in ``:init``,
+        one that keeps the given domain's mutex groups: :mod:`.invariants`)?"""
+        mutex = ctx == "init" and bool(self.mutex)
+        if (conj is None or not conj.used) and not mutex:
             return True
-        return any((neg, pred, tuple(prefix) + combo) not in conj.used for combo in itertools.product(*rest))
+        used = conj.used if conj is not None and conj.used else set()
+        return any((neg, pred, tuple(prefix) + combo) not in used
+                   and (not mutex or self._mutex_ok(pred, list(prefix) + list(combo)))
+                   for combo in itertools.product(*rest))
 
     def _fact_written(self, f: Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static
