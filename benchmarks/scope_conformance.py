@@ -65,7 +65,8 @@ def main(argv=None) -> int:
             kw = {"given": t.reference.domain} if mode == "given" else {"domain": t.reference.domain}
             r = check_spec(t.nl, prob, constraint=cfg.constraint, statement_objects=cfg.statement_objects,
                            statement_facts=cfg.statement_facts,
-                           statement_predicates=getattr(cfg, "statement_predicates", True), limits=limits, **kw)
+                           statement_predicates=getattr(cfg, "statement_predicates", True),
+                           init_invariants=getattr(cfg, "init_invariants", True), limits=limits, **kw)
             counts[fam]["admitted" if r.admitted else r.rule] += 1
             counts[fam]["rules:" + r.rules] += 1
             if not r.admitted and (fam, r.rule) not in first:
@@ -140,7 +141,8 @@ def refused_mutants(tasks, cfg, limits) -> dict:
         for kind, text in mutants(t, spelled_problem(t)).items():
             r = check_spec(t.nl, text, given=t.reference.domain, constraint=cfg.constraint,
                            statement_objects=cfg.statement_objects, statement_facts=cfg.statement_facts,
-                           statement_predicates=getattr(cfg, "statement_predicates", True), limits=limits)
+                           statement_predicates=getattr(cfg, "statement_predicates", True),
+                           init_invariants=getattr(cfg, "init_invariants", True), limits=limits)
             counts[(fam, kind)]["tasks"] += 1
             counts[(fam, kind)]["refused" if not r.admitted else "admitted"] += 1
             if not r.admitted:

@@ -191,7 +191,10 @@ def test_other_families_read_their_names(planbench, config):
 
 
 def test_a_text_without_a_statement_is_not_an_error():
+    # free English is read by the plain reader (issue 43): its names, no goal it is not sure of
     r = read_statement("Put the red block on the blue block.")
+    assert r.layout == "plain" and set(r.names) == {"red", "blue"} and r.why
+    r = read_statement("Put the block on the table.")
     assert r.layout == "none" and r.rules == () and r.why
     assert read_statement("") .rules == ()
     assert statement_objects("no statement here") is None

@@ -53,7 +53,9 @@ def test_the_names_are_the_statements_own_spellings(family):
 
 
 def test_text_without_a_statement_names_nothing():
-    assert statement_objects("move the red block onto the blue block") is None
+    # free English: the plain reader's names (issue 43), colours before a noun among them
+    assert statement_objects("move the red block onto the blue block") == ["red", "blue"]
+    assert statement_objects("move the block onto the table") is None
     # words of the domain's description are not names
     assert statement_objects("My hand is empty or holds a block.\n[STATEMENT]\n"
                              "As initial conditions I have that, the hand is empty.") is None

@@ -337,6 +337,13 @@ class ModelConfig:
                           "that predicate; a clause whose words name none, or two alike, leaves it to the model. "
                           "False: the predicates stay the model's choice."},
     )
+    init_invariants: bool = field(
+        default=True,
+        metadata={"help": "Under scoped decoding with a given domain, an :init atom that would break one of the "
+                          "domain's mutex invariants (Fast Downward's invariant synthesis on the domain alone: "
+                          "(holding a) beside (handempty)) is refused, and so is one that leaves a clause the "
+                          "statement rules still need without an atom that keeps them. False: any atom."},
+    )
     grammar_limits: dict = field(
         default_factory=dict,
         metadata={"help": "Tighter bounds for the grammar's repetitions, e.g. {\"actions\": 4, \"init\": 16} "

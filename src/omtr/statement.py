@@ -25,8 +25,15 @@ How sure the reading is decides which scope rules may use it (:attr:`Reading.rul
   the facts (each clause's names in order);
 * ``layout == "statement"`` (a ``[STATEMENT]`` line in another layout): the names rule only, and
   only identifiers count as names there (a word such as "stays" could be anything);
-* ``layout == "none"`` (free English, or no names): nothing; the grammar and the plain scope
-  rules alone.
+* ``layout == "plain"`` (free English without a ``[STATEMENT]`` line, :func:`read_plain`): the names
+  rule with the names the English surely introduces ("two blocks, a and b", "ball1", "block x",
+  "two grippers, left and right", "the red block"), not closed (the problem may declare objects of
+  its own: "the kitchen"); and, only where every clause of the goal's sentences reads as "X on Y" /
+  "X to Y" over two names ("Put a on b", "I want y on top of z"), the facts rule on the goal part
+  alone (each goal atom stands for one of those clauses, its predicate the one the clause's words
+  name) with ``:init`` free except that it may not hold an atom a goal clause stands for (a goal
+  that already holds asks for nothing);
+* ``layout == "none"`` (no names read): nothing; the grammar and the plain scope rules alone.
 """
 
 from __future__ import annotations
@@ -120,9 +127,17 @@ class Reading:
         """The statement rules this reading is sure enough for (module doc)."""
         if not self.names or self.layout == "none":
             return ()
-        if self.layout == "planbench":
+        if self.layout == "planbench" or (self.layout == "plain" and (self.goal or self.init)):
             return (RULE_OBJECTS, RULE_FACTS, RULE_PREDICATES)
         return (RULE_OBJECTS,)
+
+    @property
+    def fact_parts(self) -> tuple[str, ...]:
+        """The parts the facts rule binds: both in PlanBench's layout; the goal alone in plain English
+        (whose initial state is never stated in full), where ``:init`` holds no goal clause's atom."""
+        if self.layout == "plain":
+            return ("goal",) if self.goal else ()
+        return ("init", "goal")
 
     @property
     def closed(self) -> bool:
@@ -201,7 +216,7 @@ def read_statement(nl: str) -> Reading:
     text = (nl or "").lower()
     cut = text.rfind(STATEMENT.lower())
     if cut < 0:
-        return Reading("none", why="no [STATEMENT] line: the statement rules stand aside")
+        return read_plain(text)
     described = {_norm(w) for w in _WORD.findall(text[:cut])}
     stmt = text[cut + len(STATEMENT):]
     m = _GOAL.search(stmt)
@@ -238,6 +253,252 @@ def read_statement(nl: str) -> Reading:
     return Reading("statement", sure, init, goal,
                    why=f"{len(sure)} identifiers in a statement not in PlanBench's layout: the names rule only",
                    words=words)
+
+
+# ------------------------------------------------------------------ plain English (no [STATEMENT] line)
+
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+_PLAIN_TOKEN = re.compile(r"[a-z0-9][a-z0-9_\-]*(?:'[a-z]+)?|,")
+_SENTENCE = re.compile(r"[.!?;:](?:\s+|$)|\n")
+_COLOURS = frozenset("red blue green yellow orange white black purple pink brown grey gray cyan magenta violet "
+                     "silver gold".split())
+# After the article "a" comes a noun or an adjective; after a one-letter name "a", one of these (or
+# the end of the sentence): "Put a on b", "a is on b", "a and b", "city a's airport".
+_AFTER_NAME = frozenset("on onto to into in at and or is are was sits lies stays has from with crave craves "
+                        "needs must should can will , 's".split())
+# Words that never name an object in a list ("two blocks, a and b"): function words and quantities.
+_NOT_NAMES = TEMPLATE_WORDS | FILLER_WORDS | frozenset(_NUMBERS) | frozenset(
+    "one both all each every some other them they it this that these those there here not no".split())
+# A sentence that asks for something: it starts with one of these verbs, or says what is wanted.
+_ASKING = frozenset("put move stack carry bring get deliver ship fly swap build make unstack take place drive load "
+                    "unload transport leave reverse please use arrange".split())
+_WANTED = re.compile(r"\b(?:so that|i want|i'd like|i would like|want|goal|must end up|should end up|needs? to)\b")
+_RELATIONS = frozenset("on onto to into in at".split())
+
+
+def _plain_tokens(sentence: str) -> list[str]:
+    """A sentence's words and commas, a possessive or contraction split off ("a's": a, 's; "i'd": i)."""
+    out = []
+    for t in _PLAIN_TOKEN.findall(sentence):
+        base, _, rest = t.partition("'")
+        out.append(base)
+        if rest == "s":
+            out.append("'s")
+    return out
+
+
+def _is_word(t: str) -> bool:
+    return bool(t) and t[0].isalpha() and _SPELLED.fullmatch(t) is not None
+
+
+def _plain_names(tokens: list[str]) -> list[bool]:
+    """Per token of one sentence: is it a name the English surely introduces (:func:`read_plain`)?"""
+    n = len(tokens)
+    name = [False] * n
+
+    def letter_name(i: int) -> bool:
+        t = tokens[i]
+        if t == "i":
+            return False
+        if t != "a":
+            return True
+        return i + 1 >= n or tokens[i + 1] in _AFTER_NAME
+
+    for i, t in enumerate(tokens):
+        if not _is_word(t):
+            continue
+        if _IDENT.fullmatch(t):
+            name[i] = True
+        elif len(t) == 1:
+            name[i] = letter_name(i)
+        elif t in _COLOURS and i + 1 < n and _is_word(tokens[i + 1]) and tokens[i + 1] not in _AFTER_NAME:
+            name[i] = True  # "the red block", "the green one"
+        elif i > 0 and tokens[i - 1] == "named" and t not in _NOT_NAMES:
+            name[i] = True  # "the ball named red"
+    # "two grippers, left and right", "two cities, paris and rome": a count, a plural noun, then a
+    # list of exactly that many words
+    for i, t in enumerate(tokens):
+        k = _NUMBERS.get(t)
+        if not k or i + 1 >= n or not tokens[i + 1].endswith("s"):
+            continue
+        j = i + 2
+        if j < n and tokens[j] == ",":
+            j += 1
+        items, expect_item = [], True
+        while j < n:
+            w = tokens[j]
+            if expect_item:
+                if not _is_word(w) or w in _NOT_NAMES:
+                    break
+                items.append(j)
+                expect_item = False
+            elif w in (",", "and"):
+                expect_item = True
+                if w == "," and j + 1 < n and tokens[j + 1] == "and":
+                    j += 1
+            else:
+                break
+            if len(items) == k:
+                break
+            j += 1
+        if len(items) == k:
+            for j in items:
+                name[j] = True
+    return name
+
+
+def _range_names(tokens: list[str]) -> list[str]:
+    """Identifiers a range stands for ("ball1 to ball4": ball1, ball2, ball3, ball4)."""
+    out = []
+    for i in range(len(tokens) - 2):
+        a, b = tokens[i], tokens[i + 2]
+        ma, mb = re.fullmatch(r"([a-z]+)(\d+)", a), re.fullmatch(r"([a-z]+)(\d+)", b)
+        if tokens[i + 1] == "to" and ma and mb and ma.group(1) == mb.group(1) and int(ma.group(2)) < int(mb.group(2)) \
+                and int(mb.group(2)) - int(ma.group(2)) < 20:
+            out += [f"{ma.group(1)}{k}" for k in range(int(ma.group(2)), int(mb.group(2)) + 1)]
+    return out
+
+
+_INIT_RELATIONS = frozenset("on onto in at".split())
+
+
+def _goal_clause(tokens: list[str], name: list[bool], relations=_RELATIONS) -> Clause | None:
+    """One clause of a goal sentence as "X on Y" / "X to Y" over two names, or None when it does
+    not read so (the goal is then not read at all)."""
+    at = [i for i, t in enumerate(tokens) if name[i]]
+    if len(at) != 2 or any(t in _NEGATING for t in tokens):
+        return None
+    x, y = at
+    if not any(t in relations for t in tokens[x + 1:y]) or not (len(tokens) - y <= 2 and set(tokens[y + 1:]) <= _NOUNS):
+        return None
+    if any(not _is_word(t) for t in tokens) or _range_names([tokens[x], "to", tokens[y]]):
+        return None
+    return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]), _norm(tokens[y])), " ".join(tokens))
+
+
+_SUBJECT_WORDS = frozenset("there are is two three four five six seven eight nine ten blocks block balls ball "
+                           "objects object packages package crates crate".split())
+# Nouns that may stand beside a name without changing what a clause says ("block x", "the green one").
+_NOUNS = frozenset("block blocks ball balls object objects package packages parcel crate crates pallet pallets "
+                   "truck trucks hoist room city airplane plane location one".split())
+_PLURAL_VERBS = frozenset("are lie sit stand wait".split())
+
+
+def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
+    """The clauses of a sentence that states the initial state, where they read surely: two names
+    joined by on, onto, in or at ("b sits on c", "a is on top of b", "truck t is at north"); one
+    name with words that name a predicate of one argument ("z is on the table": the predicates rule
+    binds it); and a list of names that a plural phrase follows ("a and b, on the table", "b1, b2
+    and b3 lie in room a": each name with the phrase). A clause of one name binds only where its
+    words name a predicate of the domain (the scope rules drop it otherwise, :mod:`omtr.model.scope.facts`)."""
+    out: list[Clause] = []
+    pending: list[str] = []
+    start = 0
+    for j in range(len(tokens) + 1):
+        if j < len(tokens) and tokens[j] not in (",", "and"):
+            continue
+        part, pf = tokens[start:j], name[start:j]
+        start = j + 1
+        if not part:
+            continue
+        at = [i for i, f in enumerate(pf) if f]
+        if any(t in _NEGATING for t in part):
+            pending = []
+            continue
+        if len(at) == 1 and all(t in _SUBJECT_WORDS for i, t in enumerate(part) if i != at[0]):
+            pending.append(part[at[0]])  # "a", "four blocks a": a subject waiting for its phrase
+            continue
+        two = _goal_clause(part, pf, _INIT_RELATIONS)
+        if two is not None:
+            out.append(two)
+            x = at[0]
+            if pending and part[x + 1:x + 2] and part[x + 1] in _PLURAL_VERBS:
+                out += [Clause(tuple(_norm(w) for w in [p] + part[x + 1:]), (_norm(p), two.key[1]),
+                               " ".join([p] + part[x + 1:])) for p in pending]
+            pending = []
+            continue
+        subjects, phrase = [], []
+        if len(at) == 1 and set(part[:at[0]]) <= _NOUNS | {"the", "an"}:  # "the green block is on the table"
+            phrase = part[at[0] + 1:]
+            if phrase[:1] and phrase[0] in _NOUNS:
+                phrase = phrase[1:]
+            subjects = [part[at[0]]] + (pending if phrase[:1] and phrase[0] in _PLURAL_VERBS else [])
+        elif not at and pending and part[0] in _INIT_RELATIONS:  # "a and b, on the table"
+            subjects, phrase = pending, part
+        for sub in subjects:
+            if phrase and all(_is_word(w) for w in phrase):
+                out.append(Clause(tuple(_norm(w) for w in [sub] + phrase), (_norm(sub),), " ".join([sub] + phrase)))
+        pending = []
+    return out
+
+
+def read_plain(text: str) -> Reading:
+    """Read free English (no ``[STATEMENT]`` line; module doc, ``layout == "plain"``).
+
+    Names: identifiers (``ball1``, ``p1``, a range "ball1 to ball4"), one-letter names (``x`` in
+    "block x"; ``a`` only where an article cannot stand: "Put a on b", "a and b", "city a's"), the
+    words a count introduces ("two grippers, left and right"), a colour before a noun ("the red
+    block") and a word after "named"; a word read as a name once is a name everywhere (but ``a``).
+    Goal: the sentences that ask for something (they start with a verb such as "put", "move",
+    "stack", or say "I want", "so that", "must end up"), from "so that" / "want" on, split at commas
+    and "and"; read only when every such clause with words in it reads as two names joined by on,
+    onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all."""
+    text = text.lower()
+    words = frozenset(w for w in _WORD.findall(text) if _SPELLED.fullmatch(w))
+    sentences = [s for s in (x.strip() for x in _SENTENCE.split(text)) if s]
+    tokenized = [_plain_tokens(s) for s in sentences]
+    flags = [_plain_names(t) for t in tokenized]
+    spelled: dict[str, str] = {}
+    for toks, fl in zip(tokenized, flags):
+        ranges = _range_names(toks)
+        for t, f in zip(toks, fl):
+            if f:
+                spelled.setdefault(_norm(t), t)
+                if ranges and t == ranges[0]:  # "ball1 to ball4": ball2 and ball3 after ball1
+                    for r in ranges:
+                        spelled.setdefault(_norm(r), r)
+        for t in ranges:
+            spelled.setdefault(_norm(t), t)
+    if not spelled:
+        return Reading("none", why="free English that names no object the reader is sure of: the statement rules stand aside",
+                       words=words)
+    # a word read as a name once is a name everywhere ("q is on block r"), but "a" (an article elsewhere)
+    known = {k for k in spelled if k != "a"}
+    flags = [[f or (_is_word(t) and _norm(t) in known) for t, f in zip(toks, fl)] for toks, fl in zip(tokenized, flags)]
+    goal: list[Clause] = []
+    sure = True
+    asked = 0
+    init: list[Clause] = []
+    for sent, toks, fl in zip(sentences, tokenized, flags):
+        m = _WANTED.search(sent)
+        if not (toks and toks[0] in _ASKING) and not m:
+            init += _init_clauses(toks, fl)
+            continue
+        asked += 1
+        if m:  # from "so that" / "want" on: the words before it say how, not what
+            lead = len(_plain_tokens(sent[:m.end()]))
+            toks, fl = toks[lead:], fl[lead:]
+        start = 0
+        for j in range(len(toks) + 1):
+            if j < len(toks) and toks[j] not in (",", "and"):
+                continue
+            part, pf = toks[start:j], fl[start:j]
+            start = j + 1
+            if not part:
+                continue
+            c = _goal_clause(part, pf, _RELATIONS)
+            if c is None:
+                sure = False
+                break
+            goal.append(c)
+    names = tuple(spelled.values())
+    if not (sure and goal and asked):
+        goal = []
+    # a clause the goal states too is not read as part of the initial state (the goal would hold)
+    init = list(dict.fromkeys(c for c in init if c.key not in {g.key for g in goal}))
+    how = (f"{len(goal)} goal clauses" if goal else "the goal not read") + f", {len(init)} initial clauses read"
+    return Reading("plain", names, tuple(init), tuple(goal), words=words,
+                   why=f"free English: {len(names)} names introduced, {how}")
 
 
 # ------------------------------------------------------------------ the views the rest of omtr uses

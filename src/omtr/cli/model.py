@@ -116,7 +116,8 @@ def register(subparsers) -> None:
             "the declarations in :objects. A task with a given domain is judged in the domain-given mode "
             "(the problem alone); otherwise the row's domain is the answer's domain. Writes one line per "
             "spec: {\"id\", \"admitted\", \"rule\" (the rule that refused: grammar, grammar_limits, "
-            "domain_name, scope, statement_objects, statement_facts; null when admitted), \"at\" (the "
+            "domain_name, scope, statement_objects, statement_facts, statement_predicates, init_invariants; null "
+            "when admitted), \"at\" (the "
             "character offset of the refusal in the spec's own text), \"part\" (problem or domain), "
             "\"rules\" (the rules that applied)}. Needs no model weights: only the model's config."
         ),
@@ -155,6 +156,7 @@ def _scope_check(args: argparse.Namespace) -> int:
     from omtr.model.limits import GrammarLimits
     from omtr.model.scope import GivenDomainError
     from omtr.model.scope_check import check_spec
+    from omtr.statement import read_statement
     from omtr.tasks.records import load_training_tasks
 
     cfg = _model_config(args.model)
@@ -178,9 +180,9 @@ def _scope_check(args: argparse.Namespace) -> int:
                 task = tasks.get(sid)
                 if task is None:
                     raise CliError(f"{where}: no task with id {sid!r} in {args.tasks}")
-                if "[STATEMENT]" not in task.nl:
+                if "[STATEMENT]" not in task.nl and read_statement(task.nl).layout == "none":
                     raise CliError(f"{where}: task {sid!r} in {args.tasks} has no [STATEMENT] line to read "
-                                   "its statement from")
+                                   "its statement from, nor plain English that names its objects")
                 dom = row.get("domain")
                 if task.domain is None and not isinstance(dom, str):
                     raise CliError(f"{where}: task {sid!r} gives no domain, so the row needs the answer's "
@@ -189,7 +191,8 @@ def _scope_check(args: argparse.Namespace) -> int:
                     r = check_spec(task.nl, row["problem"], domain=dom, given=task.domain,
                                    constraint=cfg.constraint, statement_objects=cfg.statement_objects,
                                    statement_facts=cfg.statement_facts,
-                                   statement_predicates=getattr(cfg, "statement_predicates", True), limits=limits)
+                                   statement_predicates=getattr(cfg, "statement_predicates", True),
+                                   init_invariants=getattr(cfg, "init_invariants", True), limits=limits)
                 except GivenDomainError as exc:
                     raise CliError(f"{where}: task {sid!r}: {exc}") from None
                 counts["admitted" if r.admitted else "refused"] += 1

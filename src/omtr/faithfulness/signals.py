@@ -34,6 +34,7 @@ import io
 import logging
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -123,6 +124,9 @@ def clusters(specs: Sequence[tuple[str, str] | None],
 
 
 _INVARIANTS: dict[str, tuple] = {}
+# Fast Downward's translator keeps global state: one invariant synthesis at a time in this process
+# (held by omtr.inference.select and by the decoder's init_invariants rule).
+TRANSLATOR = threading.Lock()
 _DOMAIN_NAME = re.compile(r"\(\s*domain\s+([^\s()]+)", re.IGNORECASE)
 
 
@@ -165,6 +169,33 @@ def counts_in_a_sound_state(parts: Sequence) -> bool:
     return any(v != -1 for _, pargs, _ in parts for v in pargs)
 
 
+def atom_groups(invariants: Sequence, atom: Sequence[str]) -> list[tuple[int, tuple]]:
+    """The mutex groups one atom ``(pred, arg, ...)`` belongs to, as ``(invariant index, the group's
+    parameters)``, once per part of the invariant it matches (an atom matching two parts of one
+    invariant with the same parameters fills that group twice on its own). Invariants that a sound
+    state may overcrowd (:func:`counts_in_a_sound_state`) are skipped. :func:`violated_groups` and
+    the decoder's ``init_invariants`` rule (:mod:`omtr.model.scope.invariants`) both count by it."""
+    atom = tuple(str(x).lower() for x in atom)
+    pred, args = atom[0], atom[1:]
+    out = []
+    for k, parts in enumerate(invariants):
+        if not counts_in_a_sound_state(parts):
+            continue
+        for ppred, pargs, omitted in parts:
+            if ppred != pred or len(pargs) != len(args):
+                continue
+            params: dict[int, str] = {}
+            ok = True
+            for pos, (v, a) in enumerate(zip(pargs, args)):
+                if pos == omitted or v == -1:
+                    continue
+                if params.setdefault(v, a) != a:
+                    ok = False
+            if ok:
+                out.append((k, tuple(sorted(params.items()))))
+    return out
+
+
 def violated_groups(invariants: Sequence, init: Sequence[Sequence[str]]) -> list[tuple[int, tuple, list[tuple]]]:
     """The mutex groups with more than one true atom in ``init`` (atoms as ``(pred, arg, ...)``):
     ``(invariant index, the group's parameters, its true atoms)`` each. A group is an invariant with
@@ -172,29 +203,11 @@ def violated_groups(invariants: Sequence, init: Sequence[Sequence[str]]) -> list
     ``useful_groups`` forms them from the initial state; duplicate atoms count once. Invariants that a
     sound state may overcrowd (:func:`counts_in_a_sound_state`) are skipped."""
     atoms = sorted({tuple(str(x).lower() for x in a) for a in init if len(a) >= 1})
-    out = []
-    for k, parts in enumerate(invariants):
-        if not counts_in_a_sound_state(parts):
-            continue
-        groups: dict[tuple, list[tuple]] = {}
-        for atom in atoms:
-            pred, args = atom[0], atom[1:]
-            for ppred, pargs, omitted in parts:
-                if ppred != pred or len(pargs) != len(args):
-                    continue
-                params: dict[int, str] = {}
-                ok = True
-                for pos, (v, a) in enumerate(zip(pargs, args)):
-                    if pos == omitted or v == -1:
-                        continue
-                    if params.setdefault(v, a) != a:
-                        ok = False
-                if ok:
-                    groups.setdefault(tuple(sorted(params.items())), []).append(atom)
-        for key, members in sorted(groups.items()):
-            if len(members) > 1:
-                out.append((k, key, members))
-    return out
+    groups: dict[tuple, list[tuple]] = {}
+    for atom in atoms:
+        for g in atom_groups(invariants, atom):
+            groups.setdefault(g, []).append(atom)
+    return [(k, key, members) for (k, key), members in sorted(groups.items()) if len(members) > 1]
 
 
 def broken_invariants(domain: str, problem: str | None) -> int | None:

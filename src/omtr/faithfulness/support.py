@@ -124,6 +124,9 @@ def unmentioned_objects(nl: str, objects: Sequence[str], types: dict[str, str] |
         missing = [o for o in objects if flat[o] not in names and not mentioned(o, words, joined)
                    and not (o in typed and mentioned(typed[o], words, joined))]
     unused = sum(1 for n in names if n not in set(flat.values()))
+    # an object joining two of the names ("a-b-board") stands for neither: no unused name excuses it
+    if any(sum(p in names for p in _ALPHA_PART.findall(o.lower())) >= 2 for o in missing):
+        unused = 0
     return missing, unused
 
 

@@ -42,12 +42,12 @@ line): the candidates, each one's verdict, plan length and broken count, the cho
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from omtr.config import ConfigError
+from omtr.faithfulness.signals import TRANSLATOR
 from omtr.inference.episode import Episode, Environment, Step, run_episodes
 from omtr.policy import Policy, Sampling
 
@@ -61,8 +61,9 @@ DEFAULT_SELECT = GREEDY
 SAMPLE_TEMPERATURE = 0.7
 AGREEMENT_MAX = 6  # solved candidates still tied beyond which agreement is not computed (pairs grow as n^2)
 
-# Fast Downward's translator keeps global state: one invariant synthesis at a time in this process.
-_TRANSLATOR = threading.Lock()
+# Fast Downward's translator keeps global state: one invariant synthesis at a time in this process
+# (the lock is shared with the decoder's init_invariants rule, omtr.model.scope.invariants).
+_TRANSLATOR = TRANSLATOR
 
 
 def check_select(mode, *, what: str = "select") -> str:

@@ -492,7 +492,8 @@ class RoleModel(nn.Module):
             raise ValueError(f"{n} prompts but {len(domains)} given domains")
         from omtr.model.scope import given_declarations
 
-        return [given_declarations(d) if d else None for d in domains]
+        inv = getattr(self.cfg, "init_invariants", True)
+        return [given_declarations(d, invariants=inv) if d else None for d in domains]
 
     takes_objects = True  # the episode loop passes objects= (each task statement's names) to generate
 

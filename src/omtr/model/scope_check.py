@@ -20,7 +20,9 @@ When the spec is refused, the rule that refused it is the first of this ladder t
 * ``statement_objects``: the statement's names as the first objects;
 * ``statement_facts``: each ``:init`` / goal atom over the names stands for one clause;
 * ``statement_predicates``: a clause whose words name one of the domain's predicates takes an atom
-  of it.
+  of it;
+* ``init_invariants`` (domain-given mode): no ``:init`` atom breaks one of the given domain's mutex
+  invariants (:mod:`omtr.model.scope.invariants`: ``(holding a)`` beside ``(handempty)``).
 
 ``at`` is the character offset, in the spec's own text (``part``: problem or domain), of the first
 character the refusing rule does not let through.
@@ -197,7 +199,7 @@ def _scope_stop(text: str, given, limits, objects) -> int | None:
 
 def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str | None = None,
                constraint: str = "scoped", statement_objects: bool = True, statement_facts: bool = True,
-               statement_predicates: bool = True, limits=None) -> CheckResult:
+               statement_predicates: bool = True, init_invariants: bool = True, limits=None) -> CheckResult:
     """Is this spec admitted by the decoding constraint for the task ``nl`` (module doc)?
 
     ``given``: the task's given domain (the domain-given mode: ``problem`` is the whole answer);
@@ -260,8 +262,13 @@ def check_spec(nl: str, problem: str, *, domain: str | None = None, given: str |
             if objects.predicates:
                 ladder.append(("statement_facts", objects.view(predicates=False)))
             ladder.append(("statement_predicates" if objects.predicates else "statement_facts", objects))
-    for rule, objs in ladder:
-        stop = _scope_stop(text, decl, bounds, objs)
+    steps = [(rule, decl, objs) for rule, objs in ladder]
+    if decl is not None and init_invariants:
+        with_invs = given_declarations(given, invariants=True)
+        if with_invs.invariants:  # all the rules above, and the given domain's mutex invariants
+            steps.append(("init_invariants", with_invs, ladder[-1][1]))
+    for rule, dec, objs in steps:
+        stop = _scope_stop(text, dec, bounds, objs)
         if stop is not None:
             return result(rule, stop)
     return CheckResult(True, rules=label)

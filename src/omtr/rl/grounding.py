@@ -76,7 +76,7 @@ def grounding_score(nl: str, problem_text: str | None) -> float | None:
     parse or names nothing of the statement; None when the text gives nothing to judge by."""
     reading = read_statement(nl)  # the one reading of the English (omtr.statement)
     names = set(reading.norm_names)
-    if not names:
+    if not names or reading.layout == "plain":  # free English's reading is partial: nothing to score by
         return None
 
     ck_init, ck_goal = (list(k) for k in reading.facts)

@@ -27,6 +27,7 @@ class Declared:
     constants: dict = field(default_factory=dict)  # name -> type
     actions: frozenset = frozenset()
     fluents: frozenset = frozenset()  # predicates some action's effect changes (the others are static)
+    invariants: tuple = ()  # the domain's mutex invariants (given_declarations(..., invariants=True))
 
 
 def declared_from_domain(text: str) -> Declared:
@@ -50,8 +51,21 @@ class GivenDomainError(ValueError):
 _GIVEN_CACHE: dict[str, Declared] = {}
 
 
-def given_declarations(text: str) -> Declared:
-    """:func:`declared_from_domain`, cached by text, with a clear error for a broken domain."""
+def given_declarations(text: str, *, invariants: bool = False) -> Declared:
+    """:func:`declared_from_domain`, cached by text, with a clear error for a broken domain.
+    ``invariants``: with the domain's mutex invariants, for the ``init_invariants`` rule
+    (:mod:`.invariants`; the translator runs once per domain text)."""
+    if invariants:
+        from dataclasses import replace
+
+        from .invariants import given_invariants
+
+        base = given_declarations(text)
+        key = ("invariants", text)
+        got = _GIVEN_CACHE.get(key)
+        if got is None:
+            got = _GIVEN_CACHE[key] = replace(base, invariants=given_invariants(text))
+        return got
     got = _GIVEN_CACHE.get(text)
     if got is None:
         from omtr.pddl.model import SpecError

@@ -40,6 +40,14 @@ class FactsRule:
         self._statement = objects if facts and getattr(objects, "predicates", False) else None
         reading = getattr(objects, "reading", None)
         self._nameless_init = reading.nameless[0] if reading is not None else 0
+        # the parts the facts bind: both, or in plain English the goal alone, whose clauses' atoms
+        # :init may then not hold (a goal that already holds asks for nothing)
+        self.fact_parts = tuple(getattr(reading, "fact_parts", ("init", "goal"))) if facts else ()
+        # plain English: :init is open (its English is never complete) but holds an atom for each of
+        # its sure clauses, and none a goal clause stands for
+        self.open_init = facts is not None and getattr(reading, "layout", "") == "plain"
+        if self.open_init:
+            self._open_init_clauses()
 
     def _bind_predicates(self) -> None:
         """The predicates rule: once the domain's predicates are known (given, or when the answer's
@@ -50,10 +58,59 @@ class FactsRule:
         bound = self._statement.clause_facts(self.preds)
         self.fact_left = {part: bound[part][0] for part in ("init", "goal")}
         self.fact_free = {part: bound[part][1] for part in ("init", "goal")}
+        if self.open_init:
+            self._open_init_clauses()
         # The predicates the statement's own clauses name: facts the English states one by one
         # ("location_0_0 is an airport"), so none of them is a static fact it left out.
         self.stated = frozenset(p for part in bound.values() for p in
                                 [e[1] for e in part[0]] + list(part[1]) if p is not None)
+
+    def _open_init_clauses(self) -> None:
+        """Plain English: the :init clauses an atom must stand for are those over two names ("b sits
+        on c") and those over one whose words name the predicate ("z is on the table": ``ontable``);
+        a clause of one name whose predicate is not known is dropped (not sure what it says)."""
+        keep = tuple(e for e in self.fact_left["init"] if len(e[0]) == 2 or e[1] is not None)
+        self.fact_left = {**self.fact_left, "init": keep}
+        self.fact_free = {**self.fact_free, "init": ()}
+
+    def _goal_clause_atom(self, pred: str, args) -> bool:
+        """Plain English (:attr:`open_init`): could the atom ``(pred args...)`` stand for one of the
+        goal's clauses? Then ``:init`` may not hold it (the goal would already hold)."""
+        if not self.open_init or self.fact_left is None:
+            return False
+        key = tuple(self._fname(a) for a in args)
+        return any(k == key and p in (None, pred) for k, p in self.fact_left["goal"])
+
+    def _open_init_path(self, pred: str, prefix: list[str], conj: Frame | None) -> bool:
+        """Plain English: can ``(pred prefix...)`` still end as an :init atom not yet written that no
+        goal clause stands for?"""
+        cands = self._candidates("init", pred)
+        rest = [cands[j] for j in range(len(prefix), len(cands))]
+        if not all(rest):
+            return (len(prefix) == len(cands) and not self._goal_clause_atom(pred, prefix)
+                    and self._mutex_ok(pred, prefix))
+        used = conj.used if conj is not None and conj.used else set()
+        n = 1
+        for r in rest:
+            n *= len(r)
+            if n > len(used) + len(self.fact_left["goal"]) and not self.mutex:
+                return True  # more completions than atoms that could rule them out
+        return any((False, pred, tuple(prefix) + combo) not in used
+                   and not self._goal_clause_atom(pred, list(prefix) + list(combo))
+                   and self._mutex_ok(pred, list(prefix) + list(combo))
+                   for combo in itertools.product(*rest))
+
+    def _open_init_written(self, f: Frame) -> None:
+        """Plain English: an atom of :init closed: refused if a goal clause stands for it, else it
+        uses the :init clause it stands for, if any (other atoms are the model's own)."""
+        if self._goal_clause_atom(f.pred, f.args):
+            raise Reject
+        key = tuple(self._fname(a) for a in f.args)
+        left = list(self.fact_left["init"])
+        fits = [e for e in left if e[0] == key and e[1] in (None, f.pred)]
+        if fits:
+            left.remove(next((e for e in fits if e[1] == f.pred), fits[0]))
+            self.fact_left = {**self.fact_left, "init": tuple(left)}
 
     def _fname(self, obj: str) -> str | None:
         """The statement's name an object stands for, or None."""
@@ -81,7 +138,7 @@ class FactsRule:
         if any(self._fname(a) is not None for a in prefix):
             return False
         rest = [[c for c in cands[j] if self._fname(c) is None] for j in range(len(prefix), len(cands))]
-        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest, ctx)
 
     def _key_fits(self, ctx: str, pred: str, entry: tuple, prefix: list[str], conj: Frame | None,
                   neg: bool = False) -> bool:
@@ -95,14 +152,19 @@ class FactsRule:
         if len(key) != len(cands) or any(self._fname(a) != k for a, k in zip(prefix, key)):
             return False
         rest = [[c for c in cands[j] if self._fname(c) == key[j]] for j in range(len(prefix), len(key))]
-        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest)
+        return all(rest) and self._unwritten(conj, neg, pred, prefix, rest, ctx)
 
-    @staticmethod
-    def _unwritten(conj: Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]]) -> bool:
-        """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj``?"""
-        if conj is None or not conj.used:
+    def _unwritten(self, conj: Frame | None, neg: bool, pred: str, prefix: list[str], rest: list[list[str]],
+                   ctx: str | None = None) -> bool:
+        """Is some literal ``(pred prefix + one of each of rest)`` not yet in ``conj`` (in ``:init``,
+        one that keeps the given domain's mutex groups: :mod:`.invariants`)?"""
+        mutex = ctx == "init" and bool(self.mutex)
+        if (conj is None or not conj.used) and not mutex:
             return True
-        return any((neg, pred, tuple(prefix) + combo) not in conj.used for combo in itertools.product(*rest))
+        used = conj.used if conj is not None and conj.used else set()
+        return any((neg, pred, tuple(prefix) + combo) not in used
+                   and (not mutex or self._mutex_ok(pred, list(prefix) + list(combo)))
+                   for combo in itertools.product(*rest))
 
     def _fact_written(self, f: Frame) -> None:
         """An atom of ``:init`` or the goal closed: the clause it stands for is used (a static

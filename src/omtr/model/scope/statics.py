@@ -41,10 +41,11 @@ class StaticsRule:
         if used + len(self.fact_left["init"]) + len(self.fact_free["init"]) >= self.part_limit["init"]:
             return False
         if prefix:
-            return prefix[0] not in self.static_extra and self._named_static(pred, prefix[0])
+            return (prefix[0] not in self.static_extra and self._named_static(pred, prefix[0])
+                    and self._mutex_ok(pred, prefix))
         free = [c for c in self._candidates("init", pred)[0]
                 if c not in self.static_extra and self._named_static(pred, c)]
-        return bool(free) and self._unwritten(conj, False, pred, [], [free])
+        return bool(free) and self._unwritten(conj, False, pred, [], [free], "init")
 
     def _named_static(self, pred: str, obj: str) -> bool:
         """An object whose name holds a unary static predicate's name as a part (``truck_0``:

@@ -14,13 +14,14 @@ from omtr.model.limits import GrammarLimits
 
 from .declarations import ROOT_TYPE, Declared, DeclarationsRule
 from .facts import FactsRule
+from .invariants import InvariantsRule
 from .frames import (ACTION, ATOM, CONJ, DEFINE, EQ, FORMULA, GOAL, HEADER, INIT, NOT, OBJECTS, PARAMS, PDECL,
                      PREDS, REQ, ROOT, SECTION, SECTION_HEADS, TYPED, TYPES, WORD_CHARS, Frame, Reject)
 from .names import NamesRule
 from .statics import StaticsRule
 
 
-class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
+class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule, InvariantsRule):
     """The scope state of one answer. Feed it the text as it is written (:meth:`feed`); ask it
     whether a piece of text may come next (:meth:`admits`).
 
@@ -55,6 +56,7 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         self._init_names(objects, L.objects)
         self._init_facts(objects)
         self._init_statics()
+        self._init_invariants(given)  # the given domain's mutex invariants, where it carries them
         if self.given:
             self._bind_predicates()
 
@@ -158,8 +160,12 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
         under_not = parent.kind == NOT
         conj = self._conj_of(f)
         out = {p for p in self.preds if self._room(conj, under_not, p, [], ctx) and self._fits(p)}
-        if self.fact_left is not None and ctx in ("init", "goal"):
+        if self.fact_left is not None and ctx in self.fact_parts:
             out = {p for p in out if self._fact_path(ctx, p, [], conj, under_not)}
+        elif ctx == "init" and self.open_init:
+            out = {p for p in out if self._open_init_path(p, [], conj)}
+        elif ctx == "init" and self.mutex:
+            out = {p for p in out if self._mutex_path(p, [], conj)}
         eq = ctx == "pre" and self.equality and bool(self._terms("pre"))
         if eq:
             out.add("=")
@@ -186,8 +192,12 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
             return []
         conj = self._conj_of(f)
         out = [c for c in cands[i] if self._room(conj, f.neg, f.pred, f.args + [c], f.ctx)]
-        if self.fact_left is not None and f.ctx in ("init", "goal"):
+        if self.fact_left is not None and f.ctx in self.fact_parts:
             out = [c for c in out if self._fact_path(f.ctx, f.pred, f.args + [c], conj, f.neg)]
+        elif f.ctx == "init" and self.open_init:
+            out = [c for c in out if self._open_init_path(f.pred, f.args + [c], conj)]
+        elif f.ctx == "init" and self.mutex:
+            out = [c for c in out if self._mutex_path(f.pred, f.args + [c], conj)]
         return out
 
     def admits(self, text: str) -> bool:
@@ -453,8 +463,14 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule):
             if f.ctx == "eff" and f.pred not in self.fluents:
                 self._mutable_tables()
                 self.fluents.add(f.pred)
-            if self.fact_left is not None and f.ctx in ("init", "goal"):
+            if self.fact_left is not None and f.ctx in self.fact_parts:
                 self._fact_written(f)
+            elif f.ctx == "init" and self.open_init:
+                self._open_init_written(f)  # plain English: open, but no goal clause's atom
+            if f.ctx == "init" and self.mutex:
+                if self._clashes((f.pred,) + tuple(f.args)):
+                    raise Reject  # (the paths above refuse it first; kept as the rule's last word)
+                self._mutex_written(f.pred, f.args)
             if self._conj_of(f) is not None:
                 self._record((f.neg, f.pred, tuple(f.args)))
         elif k == EQ:
