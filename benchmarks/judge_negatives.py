@@ -185,7 +185,7 @@ def main() -> None:
                           verify=False):
             train.append(dataclasses.replace(t.with_given_domain(), id="train-" + t.id).for_training())
     base = train_profile(args.model)
-    cfg = base.replace(judge_negatives=args.negatives, samples_per_task=1, episodes_per_batch=len(train),
+    cfg = base.replace(judge_negatives=args.negatives, samples_per_task=2, episodes_per_batch=2 * len(train),
                        **({"lr": args.lr} if args.lr else {}))
     evals = {"mutants": mutant_items(args.heldout_per_family, args.negatives, args.seed)}
     if args.pool:
