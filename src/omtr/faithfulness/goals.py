@@ -216,25 +216,7 @@ def _fd_invariants(domain_text: str, problem_text: str) -> tuple:
     return hit
 
 
-def _synthesise_invariants(domain_text: str, problem_text: str) -> tuple:
-    try:
-        from fast_downward.translate import invariant_finder, normalize
-        from fast_downward.translate import options as topts
-        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            if topts.options is None:
-                topts.set_options(["domain.pddl", "problem.pddl"])
-            task = parsing_functions.parse_task(lisp_parser.parse_nested_list(io.StringIO(domain_text)),
-                                                lisp_parser.parse_nested_list(io.StringIO(problem_text)))
-            normalize.normalize(task)
-            invs = list(invariant_finder.find_invariants(task, None))
-        return tuple(tuple((p.predicate.lower(), tuple(p.args), p.omitted_pos) for p in sorted(inv.parts)) for inv in invs)
-    except BaseException as exc:  # noqa: BLE001 - no invariants is a weaker, still sound answer
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        log.debug("invariant synthesis failed: %s", exc)
-        return ()
+from omtr.solver.invariants import synthesise_invariants as _synthesise_invariants  # noqa: E402,F401
 
 
 def _groups(ground: Ground, invariants) -> list[tuple[int, bool]]:

@@ -1,7 +1,7 @@
 """The initial state's invariants rule (``init_invariants``): ``:init`` keeps the given domain's mutex invariants.
 
 In the domain-given mode the domain's actions say which atoms can never hold together: Fast Downward's
-invariant synthesis (:func:`omtr.faithfulness.signals.domain_invariants`, run once per given domain and
+invariant synthesis (:func:`omtr.solver.invariants.domain_invariants`, run once per given domain and
 cached) proves groups such as "at most one of handempty, holding ?x" or, per block x, "at most one of
 clear x, holding x, on ? x". An initial state with two atoms of one group is a state no plan of the
 domain reaches from a sound state, and the support verdict calls it ``unsupported``
@@ -34,7 +34,7 @@ def given_invariants(domain: str) -> tuple:
     the translator cannot read it (the rule then stands aside)."""
     got = _GIVEN.get(domain)
     if got is None:
-        from omtr.faithfulness.signals import TRANSLATOR, counts_in_a_sound_state, domain_invariants
+        from omtr.solver.invariants import TRANSLATOR, counts_in_a_sound_state, domain_invariants
 
         try:
             with TRANSLATOR:
@@ -63,7 +63,7 @@ class InvariantsRule:
     def _groups_of(self, atom: tuple) -> tuple:
         got = self._mutex_memo.get(atom)
         if got is None:
-            from omtr.faithfulness.signals import atom_groups
+            from omtr.solver.invariants import atom_groups
 
             got = self._mutex_memo[atom] = tuple(atom_groups(self.mutex, atom))
         return got
