@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.rl.config import train_profile  # noqa: E402
-from omtr.rl.memory import PhaseMemory, fix_mmap_threshold, hwm_mb, rss_mb, trim_heap  # noqa: E402
+from omtr.rl.memory import PhaseMemory, hwm_mb, rss_mb  # noqa: E402
 from omtr.tasks.training import TrainingTask  # noqa: E402
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")
@@ -49,30 +49,67 @@ def test_a_phase_sees_its_peak_and_its_end():
     assert rss_mb() > 0 and hwm_mb() >= rss_mb() - 1
 
 
+_TRIM = """
+import ctypes
+from omtr.rl.memory import rss_mb, trim_heap
+if not trim_heap():
+    print("SKIP"); raise SystemExit
+# many small blocks (below glibc's mmap threshold) live in the heap; freed, they stay resident
+# until trimmed unless the top of the heap happens to be free
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: a fixed value, so that free() alone does not trim
+ptrs = []
+for _ in range(20000):
+    p = libc.malloc(8192)
+    ctypes.memset(p, 1, 8192)
+    ptrs.append(p)
+keep = ptrs[-1]
+for p in ptrs[:-1]:
+    libc.free(p)
+before = rss_mb()
+trim_heap()
+after = rss_mb()
+libc.free(keep)
+print(before, after)
+"""
+
+_MMAP = """
+import torch
+from omtr.rl.memory import fix_mmap_threshold, rss_mb
+if not fix_mmap_threshold():
+    print("SKIP"); raise SystemExit
+big = torch.ones(24 * 2**20 // 4)  # 24 MiB, mmapped; freed, it would raise a dynamic threshold to 24 MiB
+del big
+before = rss_mb()
+blocks, keep = [], []
+for _ in range(100):  # 100 x 3 MiB, touched, each followed by a small live tensor (which would pin a heap)
+    blocks.append(torch.ones(2**20 // 4 * 3))
+    keep.append(torch.ones(1024))
+during = rss_mb()
+del blocks
+after = rss_mb()
+print(before, during, after)
+"""
+
+
+def _fresh(code: str) -> list[float]:
+    """Runs ``code`` in a fresh interpreter (glibc's allocator state, its settings and the resident
+    set are per process: the suite's earlier tests and threads would move the figures, and a
+    mallopt here would stay for the rest of the suite) and returns the figures it prints."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    if out.stdout.strip() == "SKIP":
+        pytest.skip("not glibc")
+    return [float(x) for x in out.stdout.split()]
+
+
 @linux
 def test_trim_heap_hands_freed_small_allocations_back():
-    import ctypes
-
-    if not trim_heap():
-        pytest.skip("not glibc")
-    # many small blocks (below glibc's mmap threshold) live in the heap; freed, they stay resident
-    # until trimmed unless the top of the heap happens to be free
-    libc = ctypes.CDLL("libc.so.6")
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
-    libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD: a fixed value, so that free() alone does not trim
-    ptrs = []
-    for _ in range(20000):
-        p = libc.malloc(8192)
-        ctypes.memset(p, 1, 8192)
-        ptrs.append(p)
-    keep = ptrs[-1]
-    for p in ptrs[:-1]:
-        libc.free(p)
-    before = rss_mb()
-    trim_heap()
-    after = rss_mb()
-    libc.free(keep)
+    before, after = _fresh(_TRIM)
     assert before - after > 100, (before, after)
 
 
@@ -80,18 +117,7 @@ def test_trim_heap_hands_freed_small_allocations_back():
 def test_with_a_fixed_mmap_threshold_freed_tensors_leave_at_once():
     """Blocks of 1 MiB and more get pages of their own and go back when freed, even after a larger
     block freed earlier would have raised glibc's (dynamic) threshold above them."""
-    if not fix_mmap_threshold():
-        pytest.skip("not glibc")
-    big = torch.ones(24 * 2**20 // 4)  # 24 MiB, mmapped; freed, it would raise a dynamic threshold to 24 MiB
-    del big
-    before = rss_mb()
-    blocks, keep = [], []
-    for _ in range(100):  # 100 x 3 MiB, touched, each followed by a small live tensor (which would pin a heap)
-        blocks.append(torch.ones(2**20 // 4 * 3))
-        keep.append(torch.ones(1024))
-    during = rss_mb()
-    del blocks
-    after = rss_mb()
+    before, during, after = _fresh(_MMAP)
     assert during - before > 250
     assert after - before < 50, (before, during, after)  # without the fixed threshold: ~300 MiB stay
 

@@ -412,7 +412,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if not self.exact_rollout:
             metrics["engine_refresh_s"] = self._refresh_s
         metrics.update(recipe)
-        metrics.update(self._mem.metrics())
+        metrics.update(self._memory_metrics())
         self._mem.reset()
         if self.probe is not None and self.coll.is_main and (self.update % self.probe_every == 0
                                                             or self.update == cfg.total_updates):
@@ -421,6 +421,16 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if self.coll.is_main:
             self._log_metrics(metrics, log_path, validation)
         return metrics
+
+    def _memory_metrics(self) -> dict[str, float]:
+        """This update's memory by phase; over several ranks each figure is the largest of any rank
+        (the process that needs the most memory is the one that decides whether a run fits), so
+        every rank logs and keeps the same history."""
+        mem = self._mem.metrics()
+        if not self.coll.active:
+            return mem
+        keys = sorted(set().union(*self.coll.gather(sorted(mem))))
+        return dict(zip(keys, self.coll.max([mem.get(k, 0.0) for k in keys])))
 
     def _rollout_policy(self):
         """The policy the rollouts (and the probe) generate with: the models in eval mode, stale
