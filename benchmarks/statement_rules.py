@@ -3,8 +3,9 @@
     python benchmarks/statement_rules.py --out docs/results/statement-rules.json \
         --variant after=. --variant before=/tmp/before        # a worktree of the earlier commit
 
-Builds one domain-given task sample (``--per-family`` PlanBench tasks of every family, drawn with
-``--seed``, and ``--generated`` tasks of every generator family, test split, seed ``--seed``), then
+Builds one task sample (``--per-family`` PlanBench tasks of every family, drawn with ``--seed``, and
+``--generated`` tasks of every generator family, test split, seed ``--seed``; domain-given, or with
+``--mode full`` the model writes the domain too), then
 runs ``omtr evaluate --policy model`` (untrained model, greedy, the fast engine) once per variant:
 ``NAME=DIR`` runs the ``omtr`` whose sources are in ``DIR/src`` on the same tasks, and
 ``NAME=DIR@MODEL`` runs it with another model (a trained model's directory) instead of ``--model``. With
@@ -33,7 +34,7 @@ GENERATED = ("blocksworld", "mystery_blocksworld", "gripper", "logistics")
 
 
 def build_tasks(path: Path, per_family: int, generated: int, seed: int, families=PLANBENCH,
-                generated_families=GENERATED) -> list[str]:
+                generated_families=GENERATED, mode: str = "domain-given") -> list[str]:
     from omtr.tasks.generators import generate
     from omtr.tasks.planbench import import_planbench
     from omtr.tasks.planbench_data import shipped_root
@@ -46,14 +47,14 @@ def build_tasks(path: Path, per_family: int, generated: int, seed: int, families
         if fam not in families:
             continue
         for t in drawn:
-            rows.append({**t.to_json(), "domain": t.reference.domain})
+            rows.append({**t.to_json(), "domain": t.reference.domain} if mode == "domain-given" else t.to_json())
     for fam in GENERATED:
         if generated <= 0 or fam not in generated_families:
             continue
         for t in generate(fam, generated, seed, split="test", min_objects=2, max_objects=4, verify=False):
             d = t.to_json()
             d["id"] = "gen-" + d["id"]
-            rows.append({**d, "domain": t.reference.domain})
+            rows.append({**d, "domain": t.reference.domain} if mode == "domain-given" else d)
     with path.open("w", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
@@ -130,6 +131,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=1)
     ap.add_argument("--families", default=",".join(PLANBENCH), help="PlanBench families (comma-separated)")
     ap.add_argument("--generated-families", default=",".join(GENERATED), help="generator families (comma-separated)")
+    ap.add_argument("--mode", choices=("domain-given", "full"), default="domain-given",
+                    help="domain-given (the reference's domain comes with each task) or full (the model writes it)")
+    ap.add_argument("--decoding", choices=("scoped", "plain", "off"),
+                    help="the decoding constraint (default: the model's, scoped); plain gives the Judge "
+                         "solved-but-unfaithful answers to tell apart where scoped decoding leaves none")
     ap.add_argument("--model", default="small")
     ap.add_argument("--work", default="out/statement-rules", help="folder for the task file and the evaluations")
     ap.add_argument("--out", help="write the results as JSON here")
@@ -138,23 +144,27 @@ def main(argv=None) -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     fams = tuple(args.families.split(","))
-    tasks = work / f"tasks-{args.seed}-{'-'.join(fams)}-{args.generated}.jsonl"
+    full = "-full" if args.mode == "full" else ""
+    tasks = work / f"tasks-{args.seed}-{'-'.join(fams)}-{args.generated}{full}.jsonl"
     # a family's draw does not depend on the others: the same tasks as in a run over all families
     gfams = tuple(args.generated_families.split(","))
     if gfams != GENERATED:
         tasks = tasks.with_name(tasks.stem + "-" + "-".join(gfams) + ".jsonl")
-    ids = build_tasks(tasks, args.per_family, args.generated, args.seed, fams, gfams)
+    ids = build_tasks(tasks, args.per_family, args.generated, args.seed, fams, gfams, args.mode)
     results = {"model": args.model, "budget": args.budget, "seed": args.seed, "per_family": args.per_family,
-               "generated_per_family": args.generated, "tasks": len(ids), "mode": "domain-given",
-               "decoding": "greedy, fast engine", "variants": {}}
+               "generated_per_family": args.generated, "tasks": len(ids), "mode": args.mode,
+               "decoding": f"greedy, fast engine, {args.decoding or 'scoped'}", "variants": {}}
     for name, src in variants:
         src, _, model = src.partition("@")
         model = model or args.model
-        out = work / f"{name}-b{args.budget}-{'-'.join(fams)}-{args.generated}"
+        dec = f"-{args.decoding}" if args.decoding else ""
+        out = work / f"{name}-b{args.budget}-{'-'.join(fams)}-{args.generated}{full}{dec}"
         env = dict(os.environ, PYTHONPATH=str(Path(src).resolve() / "src"))
         cmd = [sys.executable, "-m", "omtr", "evaluate", "--policy", "model", "--model", model,
                "--engine", "fast", "--budget", str(args.budget), "--tasks", str(tasks), "--out", str(out),
                "--no-report", "--bootstrap", "200", "--workers", "1", "--overwrite"]
+        if args.decoding:
+            cmd += ["--decoding", args.decoding]
         t0 = time.perf_counter()
         subprocess.run(cmd, env=env, check=True)
         secs = time.perf_counter() - t0
