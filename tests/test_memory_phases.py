@@ -170,6 +170,9 @@ def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothin
     a, b = lean.trainable_state(), kept.trainable_state()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[n], b[n]) for n in a), "the same update"
+    # issue 42: the last step's gradients are not held into the next rollout (lean_memory), as before without it
+    assert all(p.grad is None for p in lean.modules.parameters()), "lean_memory: gradients released after the update"
+    assert any(p.grad is not None for p in kept.modules.parameters()), "without lean_memory they stay (as before)"
     h = lean.history[-1]
     for phase in ("setup", "rollout", "old_logprobs", "update"):
         assert h[f"mem_{phase}_hwm_mb"] >= h[f"mem_{phase}_end_mb"] > 0

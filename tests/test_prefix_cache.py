@@ -99,3 +99,31 @@ def test_clear_drops_everything_and_arguments_are_checked():
         PrefixCache(block=0, capacity_bytes=1)
     with pytest.raises(ValueError):
         PrefixCache(block=2, capacity_bytes=-1)
+
+
+def test_clear_frees_the_blocks_without_the_cyclic_collector():
+    """A child points to its parent and the parent to its children: clear() cuts those links, so the
+    blocks' keys and values go at once, not whenever Python's cyclic collector next runs (issue 42:
+    the first rollout's blocks outlived the release after it). Without the cut every block lives on."""
+    import gc
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    cache = PrefixCache(2, 1 << 30)
+    refs, parent = [], None
+    gc.disable()
+    try:
+        for k in range(4):
+            kv = (torch.zeros(8), torch.zeros(8))
+            refs += [weakref.ref(kv[0]), weakref.ref(kv[1])]
+            parent = cache.insert("actor", parent, [k, k + 1], kv, 64)
+            del kv
+        cache.insert("judge", None, [9, 9], (torch.zeros(8),), 32)
+        parent = None
+        assert all(r() is not None for r in refs) and cache.blocks == 5
+        cache.clear()
+        assert cache.blocks == 0 and cache.bytes == 0
+        assert all(r() is None for r in refs), "a block's keys and values outlived clear()"
+        assert cache.match("actor", [0, 1, 1, 2]) == []
+    finally:
+        gc.enable()

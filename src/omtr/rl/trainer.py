@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 import os
 import random
@@ -398,7 +399,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             with self._mem.phase("update"):
                 stats = self._update(items, judge_items)
         if cfg.lean_memory:
-            trim_heap()  # the update's activations and gradients' temporaries, freed
+            self._release_update_memory()
         update_s = time.perf_counter() - t2
         engine_kl = None if self.exact_rollout else self._engine_kl()  # the first step's steps counted in the update
         self.update += 1
@@ -451,6 +452,15 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
                 release()
         for m in self.distinct:
             getattr(m, "forget_prefixes", lambda: None)()
+        gc.collect()  # what only cycles still hold (the rollout's episodes, generations), freed before the trim
+        trim_heap()
+
+    def _release_update_memory(self) -> None:
+        """After the update (``lean_memory``): the last optimizer step's gradients (the next update
+        zeroes them before its first backward pass, and no checkpoint saves them), what only cycles
+        still hold, and glibc's free heap pages (the update's activations and temporaries)."""
+        self.backend.zero_grad()
+        gc.collect()
         trim_heap()
 
     def _run_probe(self, env) -> dict:
