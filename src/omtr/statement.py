@@ -480,6 +480,13 @@ def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
             subjects = [part[at[0]]] + (pending if phrase[:1] and phrase[0] in _PLURAL_VERBS else [])
         elif not at and pending and part[0] in _INIT_RELATIONS:  # "a and b, on the table"
             subjects, phrase = pending, part
+        elif len(at) == 1 and at[0] == len(part) - 1 and len(pending) > 1 and len(part) == 3 \
+                and part[0] in _PLURAL_VERBS and part[1] in _INIT_RELATIONS:
+            # "three balls, ball1, ball2 and ball3, are in room3": each waiting name in that place
+            out += [Clause(tuple(_norm(w) for w in [p] + part), (_norm(p), _norm(part[-1])), " ".join([p] + part))
+                    for p in pending]
+            pending = []
+            continue
         elif not at and all(_is_word(w) for w in part) and any(w in _STATE_VERBS or w == "holds" for w in part) \
                 and part[0] not in ("there", "we", "i") and not any(w in _NUMBERS for w in part):
             # a clause that names nothing ("the hand is empty", "harmony holds"): it binds only where
