@@ -74,7 +74,7 @@ def faithful(args) -> dict:
     from omtr.tasks import load_tasks
     from omtr.tasks.library import shipped_library
 
-    tasks = load_tasks(HANDWRITTEN)[: args.limit]
+    tasks = load_tasks(args.tasks)[: args.limit]
     lib = shipped_library()
     with_lib = []
     for t in tasks:
@@ -127,6 +127,9 @@ def main() -> int:
     ap.add_argument("--faithful", action="store_true", help="also run the small model with and without the library")
     ap.add_argument("--model", default="small")
     ap.add_argument("--engine", default="fast")
+    ap.add_argument("--tasks", default=str(HANDWRITTEN),
+                    help="the hand-written tasks to run with --faithful (the held-out 22 by default; "
+                         "tests/data/handwritten_tuning.jsonl is the tuning set)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N hand-written tasks")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=None)
@@ -138,6 +141,8 @@ def main() -> int:
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                     cwd=ROOT).stdout.strip(),
            "machine": {"cpu_count": __import__("os").cpu_count(), "python": platform.python_version()},
+           "tasks": str(Path(args.tasks).resolve().relative_to(ROOT)) if Path(args.tasks).resolve().is_relative_to(ROOT)
+           else args.tasks,
            "matching": matching(args.per_family, args.seed)}
     for name, fams in res["matching"].items():
         for fam, b in fams.items():

@@ -272,7 +272,8 @@ _NOT_NAMES = TEMPLATE_WORDS | FILLER_WORDS | frozenset(_NUMBERS) | frozenset(
 # A sentence that asks for something: it starts with one of these verbs, or says what is wanted.
 _ASKING = frozenset("put move stack carry bring get deliver ship fly swap build make unstack take place drive load "
                     "unload transport leave reverse please use arrange".split())
-_WANTED = re.compile(r"\b(?:so that|i want|i'd like|i would like|want|goal|must end up|should end up|needs? to)\b")
+_WANTED = re.compile(r"\b(?:so that|i want|i'd like|i would like|want|goal|must end up|should end up|needs? to|"
+                     r"(?:i|we) need)\b")
 _RELATIONS = frozenset("on onto to into in at".split())
 
 
@@ -360,6 +361,55 @@ def _range_names(tokens: list[str]) -> list[str]:
 
 
 _INIT_RELATIONS = frozenset("on onto in at".split())
+# Verbs that state how things are ("p is on q"): a clause after a request's colon with one of them
+# describes the state now, one without ("o on n") what the request asks for.
+_STATE_VERBS = frozenset("is are sits sit lies lie stands stand rests rest was were".split())
+# Words beside a lone name in a request that wait for the next clause's phrase ("bring b1 and b2 to r1")
+_LONE_WORDS = _ASKING | frozenset("the both then also block ball package crate".split())
+
+
+def _table_clause(tokens: list[str], name: list[bool]) -> Clause | None:
+    """A clause of one name that puts it on the table ("put b on the table", "b onto the table"):
+    the name, a relation (on, onto), "the table" and nothing after; its words name the predicate
+    (``ontable`` in BlocksWorld, :func:`clause_predicate`)."""
+    at = [i for i, t in enumerate(tokens) if name[i]]
+    if len(at) != 1 or any(t in _NEGATING for t in tokens) or any(not _is_word(t) for t in tokens):
+        return None
+    x = at[0]
+    tail = tokens[x + 1:]
+    if tail[-2:] == ["the", "table"]:
+        tail = tail[:-2]
+    elif tail[-1:] == ["table"]:
+        tail = tail[:-1]
+    else:
+        return None
+    if tail not in (["on"], ["onto"], ["is", "on"], ["be", "on"], ["ends", "up", "on"], ["end", "up", "on"]):
+        return None
+    return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]),), " ".join(tokens))
+
+
+# the words of a stack's gap between two names ("a on b on c", "a on top of b on top of c")
+_STACK_GAPS = (("on",), ("on", "top", "of"), ("onto",))
+_STACK_LEAD = frozenset("the stack tower is reads it's with".split())
+
+
+def _chain_clauses(tokens: list[str], name: list[bool]) -> list[Clause] | None:
+    """A stack written as one clause, "a on b on c" (three names or more, each gap "on" / "on top
+    of"): each name on the next, as "a on b", "b on c"; None for anything else. Before the first
+    name only words such as "the stack is"; after the last, none but a noun."""
+    at = [i for i, t in enumerate(tokens) if name[i]]
+    if len(at) < 3 or any(t in _NEGATING for t in tokens) or any(not _is_word(t) for t in tokens):
+        return None
+    if not set(tokens[:at[0]]) <= _STACK_LEAD | _NOUNS or not set(tokens[at[-1] + 1:]) <= _NOUNS:
+        return None
+    out = []
+    for x, y in zip(at, at[1:]):
+        gap = [t for t in tokens[x + 1:y] if t not in ("block", "the")]
+        if tuple(gap) not in _STACK_GAPS:
+            return None
+        words = [tokens[x]] + tokens[x + 1:y + 1]
+        out.append(Clause(tuple(_norm(t) for t in words), (_norm(tokens[x]), _norm(tokens[y])), " ".join(words)))
+    return out
 
 
 def _goal_clause(tokens: list[str], name: list[bool], relations=_RELATIONS) -> Clause | None:
@@ -376,7 +426,7 @@ def _goal_clause(tokens: list[str], name: list[bool], relations=_RELATIONS) -> C
     return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]), _norm(tokens[y])), " ".join(tokens))
 
 
-_SUBJECT_WORDS = frozenset("there are is two three four five six seven eight nine ten blocks block balls ball "
+_SUBJECT_WORDS = frozenset("the there are is two three four five six seven eight nine ten blocks block balls ball "
                            "objects object packages package crates crate".split())
 # Nouns that may stand beside a name without changing what a clause says ("block x", "the green one").
 _NOUNS = frozenset("block blocks ball balls object objects package packages parcel crate crates pallet pallets "
@@ -408,6 +458,11 @@ def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
         if len(at) == 1 and all(t in _SUBJECT_WORDS for i, t in enumerate(part) if i != at[0]):
             pending.append(part[at[0]])  # "a", "four blocks a": a subject waiting for its phrase
             continue
+        chain = _chain_clauses(part, pf)
+        if chain:  # "the stack is a on b on c"
+            out += chain
+            pending = []
+            continue
         two = _goal_clause(part, pf, _INIT_RELATIONS)
         if two is not None:
             out.append(two)
@@ -418,13 +473,25 @@ def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
             pending = []
             continue
         subjects, phrase = [], []
-        if len(at) == 1 and set(part[:at[0]]) <= _NOUNS | {"the", "an"}:  # "the green block is on the table"
+        if len(at) == 1 and set(part[:at[0]]) <= _NOUNS | {"the", "an", "with"}:  # "the green block is on the table"
             phrase = part[at[0] + 1:]
             if phrase[:1] and phrase[0] in _NOUNS:
                 phrase = phrase[1:]
             subjects = [part[at[0]]] + (pending if phrase[:1] and phrase[0] in _PLURAL_VERBS else [])
         elif not at and pending and part[0] in _INIT_RELATIONS:  # "a and b, on the table"
             subjects, phrase = pending, part
+        elif len(at) == 1 and at[0] == len(part) - 1 and len(pending) > 1 and len(part) == 3 \
+                and part[0] in _PLURAL_VERBS and part[1] in _INIT_RELATIONS:
+            # "three balls, ball1, ball2 and ball3, are in room3": each waiting name in that place
+            out += [Clause(tuple(_norm(w) for w in [p] + part), (_norm(p), _norm(part[-1])), " ".join([p] + part))
+                    for p in pending]
+            pending = []
+            continue
+        elif not at and all(_is_word(w) for w in part) and any(w in _STATE_VERBS or w == "holds" for w in part) \
+                and part[0] not in ("there", "we", "i") and not any(w in _NUMBERS for w in part):
+            # a clause that names nothing ("the hand is empty", "harmony holds"): it binds only where
+            # its words name a predicate of no argument (:mod:`omtr.model.scope.facts`)
+            out.append(Clause(tuple(_norm(w) for w in part), (), " ".join(part)))
         for sub in subjects:
             if phrase and all(_is_word(w) for w in phrase):
                 out.append(Clause(tuple(_norm(w) for w in [sub] + phrase), (_norm(sub),), " ".join([sub] + phrase)))
@@ -445,7 +512,14 @@ def read_plain(text: str) -> Reading:
     onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all."""
     text = text.lower()
     words = frozenset(w for w in _WORD.findall(text) if _SPELLED.fullmatch(w))
-    sentences = [s for s in (x.strip() for x in _SENTENCE.split(text)) if s]
+    sentences, colon = [], []  # colon: the sentence ends with ":" (what follows it says what it asks for)
+    pos = 0
+    for m in list(_SENTENCE.finditer(text)) + [None]:
+        piece = text[pos:m.start() if m else len(text)].strip()
+        if piece:
+            sentences.append(piece)
+            colon.append(bool(m) and m.group().startswith(":"))
+        pos = m.end() if m else len(text)
     tokenized = [_plain_tokens(s) for s in sentences]
     flags = [_plain_names(t) for t in tokenized]
     spelled: dict[str, str] = {}
@@ -469,16 +543,29 @@ def read_plain(text: str) -> Reading:
     sure = True
     asked = 0
     init: list[Clause] = []
-    for sent, toks, fl in zip(sentences, tokenized, flags):
+    follows_ask = False  # the sentence before asked for something and ended with ":" ("Build a tower: ...")
+    for k, (sent, toks, fl) in enumerate(zip(sentences, tokenized, flags)):
         m = _WANTED.search(sent)
-        if not (toks and toks[0] in _ASKING) and not m:
+        asking = (toks and toks[0] in _ASKING) or bool(m)
+        after, follows_ask = follows_ask, bool(asking and colon[k])
+        if after and not asking:
+            if not any(t in _STATE_VERBS for t in toks):
+                # what the request before the colon asks for ("o on n and n on m"): read as the goal
+                m, asking = None, True
+            else:
+                init += _init_clauses(toks, fl)  # "Unstack everything: p is on q, ...": the state now
+                continue
+        if not asking:
             init += _init_clauses(toks, fl)
             continue
+        if colon[k] and not any(fl):
+            continue  # "Build a tower:": what it asks for follows the colon
         asked += 1
         if m:  # from "so that" / "want" on: the words before it say how, not what
             lead = len(_plain_tokens(sent[:m.end()]))
             toks, fl = toks[lead:], fl[lead:]
         start = 0
+        pending: list[str] = []  # "Bring b1 and b2 to room r1": b1 waits for the phrase b2 has
         for j in range(len(toks) + 1):
             if j < len(toks) and toks[j] not in (",", "and"):
                 continue
@@ -486,11 +573,24 @@ def read_plain(text: str) -> Reading:
             start = j + 1
             if not part:
                 continue
-            c = _goal_clause(part, pf, _RELATIONS)
-            if c is None:
+            at = [i for i, f in enumerate(pf) if f]
+            if len(at) == 1 and all(t in _LONE_WORDS for i, t in enumerate(part) if i != at[0]):
+                pending.append(part[at[0]])
+                continue
+            got = _chain_clauses(part, pf) or [c for c in (_goal_clause(part, pf, _RELATIONS)
+                                                           or _table_clause(part, pf),) if c is not None]
+            if not got or (pending and len(got) != 1):
                 sure = False
                 break
-            goal.append(c)
+            c = got[0]
+            x = next(i for i, f in enumerate(pf) if f)
+            for p in pending:  # each waiting name with the same phrase ("b1 ... to room r1")
+                words = [p] + part[x + 1:]
+                goal.append(Clause(tuple(_norm(w) for w in words), (_norm(p),) + c.key[1:], " ".join(words)))
+            pending = []
+            goal += got
+        if pending:
+            sure = False
     names = tuple(spelled.values())
     if not (sure and goal and asked):
         goal = []

@@ -120,9 +120,16 @@ T = [
   "(define (problem p) (:domain mystery-4ops) (:objects a b)\n (:init (harmony) (planet a) (planet b) (province a) (province b))\n (:goal (and (craves a b))))"),
 ]
 
-with open("tests/data/handwritten_tasks.jsonl", "w") as fh:
-    for i, fam, nl, prob in T:
-        fh.write(json.dumps({"id": i, "family": fam, "split": "test", "nl": nl,
-                             "reference": {"domain": D[fam], "problem": prob},
-                             "meta": {"source": "handwritten"}}) + "\n")
-print(len(T))
+
+
+def write(path: str, tasks, split: str = "test") -> None:
+    with open(path, "w") as fh:
+        for i, fam, nl, prob in tasks:
+            fh.write(json.dumps({"id": i, "family": fam, "split": split, "nl": nl,
+                                 "reference": {"domain": D[fam], "problem": prob},
+                                 "meta": {"source": "handwritten"}}) + "\n")
+
+
+if __name__ == "__main__":
+    write("tests/data/handwritten_tasks.jsonl", T)
+    print(len(T))

@@ -432,6 +432,65 @@ def grounding(nl: str, domain: str | None, problem: str | None) -> Grounding | N
     return Grounding(score, unpaired, unsaid)
 
 
+def _types_fit(args, key: tuple, names, domain: str | None, problem: str | None) -> bool:
+    """Can a predicate of arguments ``args`` (``(variable, type)`` pairs) take the problem's objects
+    that stand for the names ``key``, by their declared types (each argument: some object of its
+    name whose type is the argument's or below it)? True where the types are not known."""
+    from omtr.statement import name_of
+
+    objects = _problem_types(problem)
+    if not objects:
+        return True
+    for (_, want), name in zip(args, key):
+        want = str(want or "object").lower()
+        if want == "object":
+            continue
+        mine = [t for o, t in objects.items() if name_of(o, names) == name]
+        if mine and not any(t == want or want in _type_words(domain, t) for t in mine):
+            return False
+    return True
+
+
+def plain_unstated(nl: str, domain: str | None, problem: str | None) -> tuple[str, ...] | None:
+    """Free English (:func:`omtr.statement.read_plain`, layout ``plain``): the clauses the reader is
+    sure of that the problem's atoms do not state, as their English; None where the text is not in
+    that layout or the problem does not parse. One-sided, as the reading is: plain English never
+    states a whole initial state, so an atom no clause states counts for nothing. A clause counts
+    where the decoder's facts rule binds it (:mod:`omtr.model.scope.facts`): a goal clause or an
+    :init clause over two names (an atom of its part over its names in that order, of the
+    predicate its words name where they name one: "b sits on c", "Move ball1 to west"), one over one
+    name whose words name a predicate of the given domain ("z is on the table": ``(ontable z)``), and
+    one that names nothing whose words name a predicate of no argument ("the hand is empty":
+    ``(handempty)``)."""
+    from omtr.statement import clause_predicate, read_statement
+
+    reading = read_statement(nl)
+    if reading.layout != "plain" or not (reading.init or reading.goal):
+        return None
+    got = _problem_atoms(problem)
+    if got is None:
+        return None
+    names, (preds, _) = reading.norm_names, _domain_predicates(domain)
+    missing = []
+    for part, clauses, atoms in (("init", reading.init, got[0]), ("goal", reading.goal, got[1])):
+        keyed = [(a[0], _atom_key(a, names)) for a in atoms]
+        for c in clauses:
+            want = clause_predicate(c, preds) if preds else None
+            if not c.key:
+                if want is None or preds.get(want):
+                    continue  # not a clause the reading is sure of (or its predicate takes arguments)
+                ok = any(p == want for p, _ in keyed)
+            else:
+                if len(c.key) == 1 and want is None:
+                    continue  # one name, no predicate named: what it says is not sure
+                if want is not None and not _types_fit(preds[want], c.key, names, domain, problem):
+                    continue  # "pallet p1 is in depot0": `in` takes a crate and a truck, so not this clause's
+                ok = any(k == c.key and (want is None or p == want) for p, k in keyed)
+            if not ok:
+                missing.append(c.text)
+    return tuple(missing)
+
+
 def typed_grounding(nl: str, domain: str | None, problem: str | None) -> float | None:
     """The statement-vs-atoms F1 of :func:`omtr.rl.grounding.grounding_score` with predicates: a clause
     pairs with one atom of its part over its names (1 in the clause's order, 0.5 in another) and, where
@@ -516,7 +575,7 @@ def choose(scores: Sequence[float | None], eligible: Sequence[bool]) -> list[flo
     return w
 
 
-__all__ = ["BackboneScorer", "ClauseAtoms", "agreement", "broken_invariants", "choose", "clause_context",
+__all__ = ["BackboneScorer", "ClauseAtoms", "agreement", "plain_unstated", "broken_invariants", "choose", "clause_context",
            "clause_likelihoods", "clusters", "counts_in_a_sound_state", "domain_invariants", "equivalence_matrix",
            "equivalent", "invariant_score", "reviewer_context", "reviewer_likelihoods", "reviewer_score",
            "statement_atoms", "statement_of", "typed_grounding", "violated_groups", "Grounding", "grounding"]

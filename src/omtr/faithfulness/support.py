@@ -13,7 +13,9 @@ and never a reference spec, and answers one of:
   leaves unused), the problem's atoms do not state the English's clauses one to one (where the
   statement is read: :func:`omtr.faithfulness.signals.grounding`, a clause without the atom of the
   predicate its words name, or an atom the English never states; AUC 0.98 between faithful and
-  solved-but-unfaithful samples, docs/results/faithfulness-signals-families-2026-12-05.md), the
+  solved-but-unfaithful samples, docs/results/faithfulness-signals-families-2026-12-05.md; in free
+  English, a clause the plain reader is sure of without its atom:
+  :func:`omtr.faithfulness.signals.plain_unstated`), the
   written domain's predicates or actions carry object names (numbers) in their own names, or, when
   a threshold is given, the Judge's score is below it;
 * ``supported``: solved with a non-empty plan and no signal against it.
@@ -183,6 +185,21 @@ def grounding_reason(nl: str, domain: str | None, problem: str | None) -> str | 
             + (": " + "; ".join(bits) if bits else "") + ")")
 
 
+def plain_reason(nl: str, domain: str | None, problem: str | None) -> str | None:
+    """Why the problem does not state what free English surely says
+    (:func:`omtr.faithfulness.signals.plain_unstated`: a clause the plain-English reader read,
+    "b is on c", "the hand is empty", "Put a on b", without its atom), or None where every such
+    clause has its atom or the text is not plain English."""
+    from omtr.faithfulness.signals import plain_unstated
+
+    missing = plain_unstated(nl, domain, problem)
+    if not missing:
+        return None
+    shown = "; ".join(f"'{t}'" for t in missing[:3])
+    return (f"the problem does not state {len(missing)} clause(s) of the English that its reading is sure of "
+            f"({shown}" + (", ..." if len(missing) > 3 else "") + ")")
+
+
 def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
             category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
             judge_threshold: float | None = None, context: str = "") -> Support:
@@ -224,7 +241,7 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
             against.append(f"{len(missing)} object(s) the English never mentions: {', '.join(missing[:5])}"
                            + (f" (only {unused} of its names are unused)" if unused else ""))
     if prob is not None:
-        why = grounding_reason(nl, domain, problem)
+        why = grounding_reason(nl, domain, problem) or plain_reason(nl, domain, problem)
         if why:
             against.append(why)
     if domain_written and domain:
@@ -244,7 +261,8 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
     if against:
         return Support(UNSUPPORTED, tuple(against))
     why = ["solved with a plan; no mutex invariant broken, every object mentioned"
-           + (", every clause of the English stated by its atom" if _read(nl) else "")]
+           + (", every clause of the English stated by its atom" if _read(nl) else
+              ", every clause of the English read stated by its atom" if _read_plain(nl) else "")]
     if judge_score is not None and judge_threshold is None:
         why.append(f"Judge {judge_score:.2f} (reported, not used: not shown to separate)")
     return Support(SUPPORTED, tuple(why))
@@ -256,5 +274,12 @@ def _read(nl: str) -> bool:
     return read_statement(nl).layout == "planbench"
 
 
-__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds", "grounding_reason",
+def _read_plain(nl: str) -> bool:
+    from omtr.statement import read_statement
+
+    r = read_statement(nl)
+    return r.layout == "plain" and bool(r.init or r.goal)
+
+
+__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds", "grounding_reason", "plain_reason",
            "mentioned", "support", "unmentioned_objects"]

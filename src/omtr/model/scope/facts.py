@@ -46,6 +46,7 @@ class FactsRule:
         # plain English: :init is open (its English is never complete) but holds an atom for each of
         # its sure clauses, and none a goal clause stands for
         self.open_init = facts is not None and getattr(reading, "layout", "") == "plain"
+        self._reading_parts = self.fact_parts
         if self.open_init:
             self._open_init_clauses()
 
@@ -71,7 +72,18 @@ class FactsRule:
         a clause of one name whose predicate is not known is dropped (not sure what it says)."""
         keep = tuple(e for e in self.fact_left["init"] if len(e[0]) == 2 or e[1] is not None)
         self.fact_left = {**self.fact_left, "init": keep}
-        self.fact_free = {**self.fact_free, "init": ()}
+        # a clause that names nothing stays where its words name a predicate of no argument ("the hand
+        # is empty": (handempty)); the others are dropped
+        nullary = tuple(p for p in self.fact_free["init"] if p is not None and p in self.preds and not self.preds[p])
+        self.fact_free = {**self.fact_free, "init": nullary}
+        # a goal clause of one name binds only through the predicate its words name ("put b on the
+        # table": ontable); where none is named (no such predicate, or the predicates rule is off) the
+        # goal is not bound at all (any atom over b would do, and none of them is sure)
+        self.fact_parts = self._reading_parts
+        if any(len(k) == 1 and p is None for k, p in self.fact_left["goal"]):
+            self.fact_left = {**self.fact_left, "goal": ()}
+            self.fact_free = {**self.fact_free, "goal": ()}
+            self.fact_parts = tuple(x for x in self.fact_parts if x != "goal")
 
     def _goal_clause_atom(self, pred: str, args) -> bool:
         """Plain English (:attr:`open_init`): could the atom ``(pred args...)`` stand for one of the
@@ -106,6 +118,11 @@ class FactsRule:
         if self._goal_clause_atom(f.pred, f.args):
             raise Reject
         key = tuple(self._fname(a) for a in f.args)
+        if all(k is None for k in key) and f.pred in self.fact_free["init"]:  # "the hand is empty"
+            free = list(self.fact_free["init"])
+            free.remove(f.pred)
+            self.fact_free = {**self.fact_free, "init": tuple(free)}
+            return
         left = list(self.fact_left["init"])
         fits = [e for e in left if e[0] == key and e[1] in (None, f.pred)]
         if fits:
