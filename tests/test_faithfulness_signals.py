@@ -363,3 +363,27 @@ def test_typed_grounding_stands_aside_for_a_problem_in_its_own_names():
     assert S.typed_grounding(t.nl, t.reference.domain, t.reference.problem) is None
     nl, d, p = _planbench("blocksworld")
     assert S.typed_grounding(nl, d, p) == 1.0
+
+
+def test_typed_grounding_counts_a_type_the_english_never_gives():
+    """The other side of the type clauses: generated Logistics says which locations are airports; a
+    location declared an airport that no clause calls one (what the main job's model wrote on
+    2026-12-05, solved, `type_changed` for the checker) is an unstated fact: the score drops below 1
+    and the pairing names it, so the support verdict is no longer `supported`."""
+    import re as _re
+
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.faithfulness.support import grounding_reason
+    from omtr.tasks.generators import generate
+
+    t = generate("logistics", 1, 7, verify=False)[0]
+    p = spelled_problem(t)
+    assert S.typed_grounding(t.nl, t.reference.domain, p) == 1.0
+    m = _re.search(r"(\S+) - location", p)
+    plain = m.group(1)
+    assert f"{plain} is an airport" not in t.nl
+    hacked = p.replace(f"{plain} - location", f"{plain} - airport", 1)
+    g = S.grounding(t.nl, t.reference.domain, hacked)
+    assert g.score < 1.0 and ("init", ("airport", plain)) in g.unsaid
+    assert grounding_reason(t.nl, t.reference.domain, p) is None
+    assert plain in (grounding_reason(t.nl, t.reference.domain, hacked) or "")

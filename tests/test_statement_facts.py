@@ -309,3 +309,75 @@ def test_static_facts_the_english_leaves_out_are_unary_named_and_one_per_object(
     t.feed_text(" (location location_0_0)")
     assert t.admits(" (airport location_0_0)")
     assert ScopeTracker(d, objects=names).admits(ok)
+
+
+def _logistics_task():
+    """A generated Logistics task (typed: ``airport - location``) and its reference spelled as its
+    English spells it; its English says which locations are airports ("location_0_0 is an airport")."""
+    from omtr.evaluation.spelling import spelled_problem
+    from omtr.tasks.generators import generate
+
+    t = generate("logistics", 1, 7, split="test", verify=False)[0]
+    return t, spelled_problem(t)
+
+
+def _objects_as(problem: str, types: dict) -> str:
+    """``problem`` with its ``:objects`` rewritten as ``types`` (name -> type), one group per type."""
+    import re as _re
+
+    groups: dict[str, list] = {}
+    for o, t in types.items():
+        groups.setdefault(t, []).append(o)
+    body = " ".join(" ".join(os_) + f" - {t}" for t, os_ in groups.items())
+    return _re.sub(r"\(:objects [^)]*\)", f"(:objects {body})", problem, count=1)
+
+
+def test_the_types_the_english_gives_go_to_those_names_only():
+    """The main job's model (2026-12-05) declared every generated Logistics location an airport:
+    solved, and the checker's `type_changed` (an airplane flies to a location the task never calls an
+    airport). Where the English gives names a type by the type's own name, the type (or one below it)
+    goes to those names only, and each of them takes it. The names rule alone stands aside."""
+    from omtr.model.scope_check import check_spec
+
+    t, p = _logistics_task()
+    given = t.reference.domain
+    assert check_spec(t.nl, p, given=given).admitted
+    types = {o.lower(): str(ty).lower() for o, ty in parse_problem(p).objects.items()}
+    airports = [o for o, ty in types.items() if ty == "airport"]
+    plain = [o for o, ty in types.items() if ty == "location"]
+    assert airports and plain and all(f"{o} is an airport" in t.nl for o in airports)
+    assert not any(f"{o} is an airport" in t.nl for o in plain)
+
+    every = _objects_as(p, {**types, **{o: "airport" for o in plain}})  # what the model wrote
+    got = check_spec(t.nl, every, given=given)
+    assert not got.admitted and got.rule == "statement_facts"
+    assert got.at < every.index("(:init")  # refused in :objects, where the type is written
+    one = _objects_as(p, {**types, plain[0]: "airport"})
+    assert not check_spec(t.nl, one, given=given).admitted
+    lost = _objects_as(p, {**types, airports[0]: "location"})  # an airport the English names, declared plain
+    assert not check_spec(t.nl, lost, given=given).admitted
+    # without the facts rule the names rule alone admits it, as before
+    assert check_spec(t.nl, every, given=given, statement_facts=False).admitted
+
+
+def test_random_walks_on_typed_logistics_never_dead_end_and_keep_the_types():
+    """Random walks through the combined mask on a generated Logistics task: no step without a token,
+    and every finished problem gives the airport type to the English's airports only."""
+    from omtr.model.backbone import build_micro_tokenizer
+
+    t, _ = _logistics_task()
+    tok = build_micro_tokenizer(1024)
+    g = PddlGrammar(tok, len(tok), GrammarLimits(name_len=12, objects=20, init=32, goal=12))
+    names = statement_objects(t.nl)
+    told = {n for n in names if f"{n} is an airport" in t.nl}
+    assert told
+    finished = 0
+    for seed in range(6):
+        text, done, st = walk(g, seed, given=given_declarations(t.reference.domain), objects=names, max_steps=4000)
+        assert not st.scope_left and st.fallbacks == 0, text
+        if not done:
+            continue
+        finished += 1
+        objs = {o.lower(): str(ty).lower() for o, ty in parse_problem(text).objects.items()}
+        assert {o for o, ty in objs.items() if ty == "airport"} == told, text
+    assert finished >= 2

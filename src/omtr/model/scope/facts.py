@@ -39,6 +39,7 @@ class FactsRule:
         self.fact_free = {"init": (None,) * free[0], "goal": (None,) * free[1]}
         self._statement = objects if facts and getattr(objects, "predicates", False) else None
         reading = getattr(objects, "reading", None)
+        self._reading = reading if facts else None  # for the types its clauses give (names._type_claims)
         self._nameless_init = reading.nameless[0] if reading is not None else 0
         # the parts the facts bind: both, or in plain English the goal alone, whose clauses' atoms
         # :init may then not hold (a goal that already holds asks for nothing)

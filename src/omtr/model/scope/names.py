@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from omtr.statement import name_parts
+from omtr.statement import _NEGATING, _norm, clause_predicate, name_parts
 
 from .declarations import ROOT_TYPE
 from .frames import Frame
@@ -45,7 +45,7 @@ class NamesRule:
         many as the clauses that name nothing need."""
         missing = self._missing_objects(f)
         if missing:  # the statement's names come first, grouped by the type they name
-            fits = [o for o in missing if len(self._group_types(f, o)) <= 1]
+            fits = [o for o in missing if len(self._group_types(f, o)) <= 1 and self._claims_fit(f, o)]
             return set(fits) | ({"-"} if self._dash_ok(f) else set())
         if self.extra_words is not None:  # no object the English never names
             own = set()
@@ -63,7 +63,68 @@ class NamesRule:
         named = self._subtypes(self._group_types(f)) & fit
         if not named and self.fact_left is not None:
             return self._useful_types(f, fit)
-        return named or fit
+        got = named or fit
+        told = {t for t in got if all(self._claim_allows(o, t) for o in f.group)}
+        return told or got  # never a dead end: where nothing fits, the rule stands aside
+
+    # ------------------------------------------------------------------ types the English gives
+
+    def _type_claims(self) -> dict[str, frozenset]:
+        """The types the statement's clauses give its names, by the type's own name: a one-name
+        :init clause of a sure reading whose words name a declared type and no predicate
+        ("location_0_0 is an airport" in a typed domain), as ``{type: names}``. Such a type (or one
+        below it) goes to those names only, and each of them takes it. Empty without typing, the
+        facts rule or such a clause."""
+        n = (len(self.type_items), len(self.preds))
+        got = self.__dict__.get("_claims")
+        if got is not None and got[0] == n:
+            return got[1]
+        claims: dict[str, set] = {}
+        reading = getattr(self, "_reading", None)
+        if self.typing and self.required and self.fact_left is not None and reading is not None:
+            by_word = {_norm(t): t for t in self._declared_types() - {ROOT_TYPE}}
+            for c in reading.init:
+                if len(c.key) != 1 or any(w in _NEGATING for w in c.words) or clause_predicate(c, self.preds):
+                    continue
+                for w in c.words:
+                    t = by_word.get(w)
+                    if t is not None and w != c.key[0]:
+                        claims.setdefault(t, set()).add(c.key[0])
+        out = {t: frozenset(v) for t, v in claims.items()}
+        self._claims = (n, out)
+        return out
+
+    def _claim_allows(self, obj: str, typ: str) -> bool:
+        """May the statement's name ``obj`` take type ``typ``: each type a clause gives it is ``typ``
+        or above it, and no type the clauses give other names only is?"""
+        claims = self._type_claims()
+        if not claims or obj not in self.required:
+            return True
+        tq, me = self._typeq(), _norm(obj)
+        return all(tq.fits(typ, t) == (me in names) for t, names in claims.items()
+                   if tq.fits(typ, t) or me in names)
+
+    def _claims_fit(self, f: Frame, extra: str | None = None) -> bool:
+        """Is there a type the waiting group of ``:objects`` ``f`` (with ``extra``) may take under
+        the clauses' types and the types its names name (:meth:`_group_types`)? A name that no type
+        fits alone (its clause's type and its own name's disagree) is left to the model."""
+        if not self._type_claims():
+            return True
+        group = f.group + ([extra] if extra else [])
+        named = self._subtypes(self._group_types(f, extra)) or (self._declared_types() - {ROOT_TYPE})
+        if any(all(self._claim_allows(o, t) for o in group) for t in named):
+            return True
+        return not any(self._claim_satisfiable(o) for o in group) if len(group) == 1 else False
+
+    def _claim_satisfiable(self, obj: str) -> bool:
+        """Does some type both fit the clauses' types for ``obj`` and the type its name names?"""
+        named = self._subtypes({t for t in self._declared_types() - {ROOT_TYPE} if _names_type(obj, t)})
+        return any(self._claim_allows(obj, t) for t in (named or self._declared_types() - {ROOT_TYPE}))
+
+    def _claims_untyped(self, items: dict) -> bool:
+        """Does a name of ``items`` (name -> type) lack a type the statement's clauses give it?"""
+        return bool(self._type_claims()) and any(not self._claim_allows(o, t) and self._claim_satisfiable(o)
+                                                 for o, t in items.items())
 
     def _group_types(self, f: Frame, extra: str | None = None) -> set[str]:
         """The declared types that the statement's names in the waiting group (and ``extra``) name."""

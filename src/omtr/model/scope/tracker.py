@@ -364,6 +364,8 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule, Invarian
             raise Reject
         if k == OBJECTS and w in self.required and len(self._group_types(f, w)) > 1:
             raise Reject  # ball_1 and room_1 in one group: one type for both
+        if k == OBJECTS and w in self.required and not self._claims_fit(f, w):
+            raise Reject  # an airport and a plain location in one group: the English gives them two types
         f.group.append(w)
         f.items[w] = ROOT_TYPE
         if k in (PARAMS, OBJECTS) and not self._params_viable(f):
@@ -450,6 +452,8 @@ class ScopeTracker(DeclarationsRule, NamesRule, FactsRule, StaticsRule, Invarian
             self._finish_typed(f)
             if self._missing_objects(f) or self._group_types(f) or not self._params_viable(f, closing=True):
                 raise Reject
+            if self._claims_untyped(f.items):
+                raise Reject  # a name without the type its clause gives it ("location_0_0 is an airport")
             if self.fact_left is not None and self._free_short(f):
                 if len(f.items) < self.list_limit[OBJECTS]:
                     raise Reject  # the statement's clauses without names would have no atom to stand for them
