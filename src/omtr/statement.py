@@ -662,7 +662,11 @@ def read_plain(text: str) -> Reading:
     Goal: the sentences that ask for something (they start with a verb such as "put", "move",
     "stack", or say "I want", "so that", "must end up"), from "so that" / "want" on, split at commas
     and "and"; read only when every such clause with words in it reads as two names joined by on,
-    onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all."""
+    onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all.
+    Initial clauses also read: "nothing is on x" / "x has nothing on it" (as "x is clear"), "the robot
+    is in room r1" (the one robot's place, :attr:`Clause.single`), "package p1 is at airport ap1 in
+    city c1" (two clauses); "truck t1 is in city c1" is not read. A word after a class noun is a name
+    ("package pk"), and the noun is its kind (:attr:`Reading.nouns`)."""
     text = text.lower()
     words = frozenset(w for w in _WORD.findall(text) if _SPELLED.fullmatch(w))
     sentences, colon = [], []  # colon: the sentence ends with ":" (what follows it says what it asks for)
