@@ -97,6 +97,9 @@ class Clause:
     words: tuple[str, ...]
     key: tuple[str, ...]
     text: str = field(default="", compare=False)  # the clause as the statement writes it (lower case)
+    # plain English: the clause says where the one thing it does not name is ("the robot is in room
+    # r1": the robot is in one place only), so the atoms of its predicate exclude each other
+    single: bool = field(default=False, compare=False)
 
     @property
     def says_something(self) -> bool:
@@ -117,6 +120,13 @@ class Reading:
     goal: tuple[Clause, ...] = ()
     why: str = ""
     words: frozenset = frozenset()  # every word of the task's text as it is spelled (lower case)
+    # plain English: (normalised name, noun) for each name the English gives one class noun ("ball b1",
+    # "balls b1 and b2", "two pallets, pa and pb"); a name given two different nouns has none
+    nouns: tuple = ()
+
+    @property
+    def noun_of(self) -> dict:
+        return dict(self.nouns)
 
     @property
     def norm_names(self) -> frozenset:
@@ -316,6 +326,8 @@ def _plain_names(tokens: list[str]) -> list[bool]:
             name[i] = True  # "the red block", "the green one"
         elif i > 0 and tokens[i - 1] == "named" and t not in _NOT_NAMES:
             name[i] = True  # "the ball named red"
+        elif i > 0 and tokens[i - 1] in _CLASS_NOUNS and _word_after_noun(tokens, i):
+            name[i] = True  # "package pk is at s1", "hoist hx": a word after a class noun, then a verb
     # "two grippers, left and right", "two cities, paris and rome": a count, a plural noun, then a
     # list of exactly that many words
     for i, t in enumerate(tokens):
@@ -346,6 +358,64 @@ def _plain_names(tokens: list[str]) -> list[bool]:
             for j in items:
                 name[j] = True
     return name
+
+
+# Singular class nouns: a word right after one, then a verb or a relation, is a name ("package pk
+# is at s1"); the noun is the name's kind (:attr:`Reading.nouns`). Their plurals add an "s".
+_CLASS_NOUNS = frozenset("block ball package parcel crate pallet truck airplane plane hoist depot distributor room "
+                         "city airport location spot place gripper robot".split())
+# Words that never name an object right after a class noun ("the block too", "the truck there")
+_NOT_AFTER_NOUN = frozenset("too also then now there here first next last top bottom itself same other own "
+                            "which who where when whose".split())
+
+
+def _word_after_noun(tokens: list[str], i: int) -> bool:
+    """Is ``tokens[i]``, right after a singular class noun, a name: a word of two letters or more that
+    is no function word, verb or noun, followed by a verb, a relation, a comma or nothing ("package
+    pk are at s1", "deliver package pk")? Words that read as verb forms ("-s", "-ed", "-ing") are not."""
+    t = tokens[i]
+    if len(t) < 2 or not _is_word(t) or t in _NOT_NAMES or t in _AFTER_NAME or t in _STATE_VERBS \
+            or t in _ASKING or t in _NOUNS or t in _CLASS_NOUNS or t in _NOT_AFTER_NOUN or t in _RELATIONS:
+        return False
+    if t.endswith(("s", "ed", "ing")):
+        return False
+    return i + 1 >= len(tokens) or tokens[i + 1] in _AFTER_NAME or tokens[i + 1] in _STATE_VERBS
+
+
+def _noun_of(t: str) -> str | None:
+    """The singular class noun a token is, or None ("balls": ball)."""
+    if t in _CLASS_NOUNS:
+        return t
+    if t.endswith("es") and t[:-2] in _CLASS_NOUNS and t[:-2].endswith(("s", "x", "ch")):
+        return t[:-2]
+    if t.endswith("ies") and t[:-3] + "y" in _CLASS_NOUNS:
+        return t[:-3] + "y"
+    if t.endswith("s") and t[:-1] in _CLASS_NOUNS:
+        return t[:-1]
+    return None
+
+
+def _plain_nouns(tokens: list[str], name: list[bool]) -> list[tuple[str, str]]:
+    """(name, noun) for each name of a sentence that a class noun introduces: right after a singular
+    one ("ball b1") or in a list right after a plural one ("balls b1 and b2", "two pallets, pa and
+    pb")."""
+    out = []
+    noun, listing = None, False
+    for i, t in enumerate(tokens):
+        if name[i]:
+            if noun is not None:
+                out.append((_norm(t), noun))
+            if not listing:
+                noun = None
+            continue
+        n = _noun_of(t)
+        if n is not None:
+            noun, listing = n, t != n
+        elif t in (",", "and") and listing and noun is not None:
+            continue
+        else:
+            noun, listing = None, False
+    return out
 
 
 def _range_names(tokens: list[str]) -> list[str]:
@@ -423,15 +493,85 @@ def _goal_clause(tokens: list[str], name: list[bool], relations=_RELATIONS) -> C
         return None
     if any(not _is_word(t) for t in tokens) or _range_names([tokens[x], "to", tokens[y]]):
         return None
-    return Clause(tuple(_norm(t) for t in tokens), (_norm(tokens[x]), _norm(tokens[y])), " ".join(tokens))
+    # "onto" / "into" say "on" / "in" (the words then name ``on`` / ``in`` where the domain has them)
+    words = tuple(_norm(_MOTION.get(t, t)) if x < i < y else _norm(t) for i, t in enumerate(tokens))
+    return Clause(words, (_norm(tokens[x]), _norm(tokens[y])), " ".join(tokens))
+
+
+_MOTION = {"onto": "on", "into": "in"}
 
 
 _SUBJECT_WORDS = frozenset("the there are is two three four five six seven eight nine ten blocks block balls ball "
-                           "objects object packages package crates crate".split())
+                           "objects object packages package crates crate".split()) | _CLASS_NOUNS
 # Nouns that may stand beside a name without changing what a clause says ("block x", "the green one").
 _NOUNS = frozenset("block blocks ball balls object objects package packages parcel crate crates pallet pallets "
                    "truck trucks hoist room city airplane plane location one".split())
 _PLURAL_VERBS = frozenset("are lie sit stand wait".split())
+# "nothing is on x", "there is nothing on top of block x", "x has nothing on it": x is clear
+_CLEAR_LEADS = (("nothing", "is", "on"), ("nothing", "sits", "on"), ("nothing", "lies", "on"), ("nothing", "on"),
+                ("there", "is", "nothing", "on"), ("nothing", "is", "stacked", "on"))
+_CLEAR_TAILS = (("has", "nothing", "on", "it"), ("has", "nothing", "on"))
+_CLEAR_SKIP = frozenset("the top of block crate pallet".split())  # "nothing is on top of block x"
+# the robot of a domain with one robot (Gripper's robby): "the robot is in room r1", "robby is at r1"
+_ROBOT = frozenset("robot robby".split())
+_VEHICLES = frozenset("truck trucks airplane airplanes plane planes package packages parcel parcels".split())
+
+
+def _clear_clause(part: list[str], pf: list[bool]) -> Clause | None:
+    """"nothing is on x" / "x has nothing on it" / "nothing is on top of block x" over one name: read as "x is clear"
+    (its words then name a predicate ``clear`` where the domain has one; the clause's text stays the
+    English's). None for anything else."""
+    at = [i for i, f in enumerate(pf) if f]
+    if len(at) != 1 or any(not _is_word(t) for t in part):
+        return None
+    x = at[0]
+    head = [w for w in part[:x] if w not in _CLEAR_SKIP]
+    tail = [w for w in part[x + 1:] if w not in _CLEAR_SKIP]
+    ok = (tuple(head) in _CLEAR_LEADS and not tail) or (not head and tuple(tail) in _CLEAR_TAILS)
+    if not ok:
+        return None
+    return Clause((_norm(part[x]), "is", "clear"), (_norm(part[x]),), " ".join(part))
+
+
+def _robot_clause(part: list[str], pf: list[bool]) -> Clause | None:
+    """"the robot is in room r1", "robby is at r1", "the robot is in room1 with both grippers free":
+    the one robot's place, read as "robot at robby r1" (Gripper's ``at-robby``; in a domain without
+    such a predicate its words name none and the rules drop it). Marked :attr:`Clause.single`: the
+    robot is in one place."""
+    at = [i for i, f in enumerate(pf) if f]
+    if len(at) != 1 or any(not _is_word(t) for t in part):
+        return None
+    x = at[0]
+    head = [w for w in part[:x] if w not in ("the", "my", "our", "room", "currently", "now")]
+    if len(head) != 3 or head[0] not in _ROBOT or head[1] not in ("is", "stands", "waits", "sits") \
+            or head[2] not in ("in", "at"):
+        return None
+    tail = part[x + 1:]
+    if tail and tail[0] != "with":  # "with both grippers free" says nothing of the place
+        return None
+    words = ("robot", "at", "robby", _norm(part[x]))
+    return Clause(words, (_norm(part[x]),), " ".join(part), single=True)
+
+
+def _city_clauses(part: list[str], pf: list[bool]) -> list[Clause] | None:
+    """"package p1 is at location l1 in city c1" (three names: X at Y in city Z): "X at Y" and "Y in
+    city Z" (Logistics' ``at`` and ``in-city``); None for anything else. The place Y is a place (not
+    a truck: "p1 is in truck t1 in city c1" is not read)."""
+    at = [i for i, f in enumerate(pf) if f]
+    if len(at) != 3 or any(not _is_word(t) for t in part):
+        return None
+    x, y, z = at
+    if part[y + 1:z] not in (["in", "city"], ["in", "the", "city"], ["of", "city"], ["in"]) or part[z + 1:]:
+        return None
+    gap = [w for w in part[x + 1:y] if w not in FILLER_WORDS]
+    if not gap or gap[0] != "at" or any(w in _VEHICLES for w in gap[1:]) or not set(gap[1:]) <= _CLASS_NOUNS:
+        return None
+    if not set(part[:x]) <= _NOUNS | _CLASS_NOUNS | {"the"}:
+        return None
+    first = [part[x]] + part[x + 1:y + 1]
+    second = [part[y], "in", "city", part[z]]
+    return [Clause(tuple(_norm(w) for w in first), (_norm(part[x]), _norm(part[y])), " ".join(first)),
+            Clause(tuple(_norm(w) for w in second), (_norm(part[y]), _norm(part[z])), " ".join(part[y:]))]
 
 
 def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
@@ -452,6 +592,16 @@ def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
         if not part:
             continue
         at = [i for i, f in enumerate(pf) if f]
+        special = _clear_clause(part, pf) or _robot_clause(part, pf)
+        if special is not None:  # "nothing is on x", "the robot is in room r1"
+            out.append(special)
+            pending = []
+            continue
+        city = _city_clauses(part, pf)
+        if city:  # "package p1 is at location l1 in city c1"
+            out += city
+            pending = []
+            continue
         if any(t in _NEGATING for t in part):
             pending = []
             continue
@@ -464,6 +614,9 @@ def _init_clauses(tokens: list[str], name: list[bool]) -> list[Clause]:
             pending = []
             continue
         two = _goal_clause(part, pf, _INIT_RELATIONS)
+        if two is not None and "city" in part[at[0] + 1:at[1]] and at[0] > 0 and part[at[0] - 1] in _VEHICLES:
+            pending = []  # "truck t1 is in city c1": somewhere in the city, at no place it names: not read
+            continue
         if two is not None:
             out.append(two)
             x = at[0]
@@ -509,7 +662,11 @@ def read_plain(text: str) -> Reading:
     Goal: the sentences that ask for something (they start with a verb such as "put", "move",
     "stack", or say "I want", "so that", "must end up"), from "so that" / "want" on, split at commas
     and "and"; read only when every such clause with words in it reads as two names joined by on,
-    onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all."""
+    onto, to, into, in or at ("Put a on b", "b is on a", "Move b1 to room b"), else no goal at all.
+    Initial clauses also read: "nothing is on x" / "x has nothing on it" (as "x is clear"), "the robot
+    is in room r1" (the one robot's place, :attr:`Clause.single`), "package p1 is at airport ap1 in
+    city c1" (two clauses); "truck t1 is in city c1" is not read. A word after a class noun is a name
+    ("package pk"), and the noun is its kind (:attr:`Reading.nouns`)."""
     text = text.lower()
     words = frozenset(w for w in _WORD.findall(text) if _SPELLED.fullmatch(w))
     sentences, colon = [], []  # colon: the sentence ends with ":" (what follows it says what it asks for)
@@ -592,13 +749,18 @@ def read_plain(text: str) -> Reading:
         if pending:
             sure = False
     names = tuple(spelled.values())
+    nouns: dict[str, str | None] = {}
+    for toks, fl in zip(tokenized, flags):
+        for n, kind in _plain_nouns(toks, fl):
+            nouns[n] = kind if nouns.get(n, kind) == kind else None  # two different nouns: none
     if not (sure and goal and asked):
         goal = []
     # a clause the goal states too is not read as part of the initial state (the goal would hold)
     init = list(dict.fromkeys(c for c in init if c.key not in {g.key for g in goal}))
     how = (f"{len(goal)} goal clauses" if goal else "the goal not read") + f", {len(init)} initial clauses read"
     return Reading("plain", names, tuple(init), tuple(goal), words=words,
-                   why=f"free English: {len(names)} names introduced, {how}")
+                   why=f"free English: {len(names)} names introduced, {how}",
+                   nouns=tuple((n, k) for n, k in nouns.items() if k is not None))
 
 
 # ------------------------------------------------------------------ the views the rest of omtr uses

@@ -467,18 +467,37 @@ def _untold_types(clauses, objects: dict[str, str], domain: str | None) -> list[
     return out
 
 
-def _types_fit(args, key: tuple, names, domain: str | None, problem: str | None) -> bool:
-    """Can a predicate of arguments ``args`` (``(variable, type)`` pairs) take the problem's objects
-    that stand for the names ``key``, by their declared types (each argument: some object of its
-    name whose type is the argument's or below it)? True where the types are not known."""
+def _domain_types(domain: str | None) -> set[str]:
+    from omtr.pddl.model import SpecError, parse_domain
+
+    try:
+        return {str(t).lower() for t in parse_domain(domain or "").types}
+    except (SpecError, RecursionError):
+        return set()
+
+
+def _types_fit(args, key: tuple, names, domain: str | None, problem: str | None, nouns=None) -> bool:
+    """Can a predicate of arguments ``args`` (``(variable, type)`` pairs) take the objects that stand
+    for the names ``key``? A name the English gives a noun that is a type of the domain ("ball b1",
+    ``nouns``: :attr:`omtr.statement.Reading.nouns`) is of that type, whatever the problem declares
+    (a problem that writes ``b1 - room`` does not make "ball b1 is in room r2" a clause of no
+    predicate); another is of the types the problem declares for it (some object of its name whose
+    type is the argument's or below it). True where the types are not known."""
     from omtr.statement import name_of
 
     objects = _problem_types(problem)
-    if not objects:
-        return True
+    nouns = dict(nouns or ())
+    typed = _domain_types(domain) if nouns else set()
     for (_, want), name in zip(args, key):
         want = str(want or "object").lower()
         if want == "object":
+            continue
+        noun = nouns.get(name)
+        if noun in typed:
+            if want != noun and want not in _type_words(domain, noun):
+                return False
+            continue
+        if not objects:
             continue
         mine = [t for o, t in objects.items() if name_of(o, names) == name]
         if mine and not any(t == want or want in _type_words(domain, t) for t in mine):
@@ -518,9 +537,12 @@ def plain_unstated(nl: str, domain: str | None, problem: str | None) -> tuple[st
             else:
                 if len(c.key) == 1 and want is None:
                     continue  # one name, no predicate named: what it says is not sure
-                if want is not None and not _types_fit(preds[want], c.key, names, domain, problem):
+                if want is not None and not _types_fit(preds[want], c.key, names, domain, problem, reading.nouns):
                     continue  # "pallet p1 is in depot0": `in` takes a crate and a truck, so not this clause's
                 ok = any(k == c.key and (want is None or p == want) for p, k in keyed)
+                if ok and c.single and want is not None:
+                    # "the robot is in room r1": the robot is in no other place too
+                    ok = not any(p == want and k != c.key for p, k in keyed)
             if not ok:
                 missing.append(c.text)
     return tuple(missing)

@@ -86,17 +86,19 @@ def counts_in_a_sound_state(parts: Sequence) -> bool:
     return any(v != -1 for _, pargs, _ in parts for v in pargs)
 
 
-def atom_groups(invariants: Sequence, atom: Sequence[str]) -> list[tuple[int, tuple]]:
+def atom_groups(invariants: Sequence, atom: Sequence[str], every: bool = False) -> list[tuple[int, tuple]]:
     """The mutex groups one atom ``(pred, arg, ...)`` belongs to, as ``(invariant index, the group's
     parameters)``, once per part of the invariant it matches (an atom matching two parts of one
     invariant with the same parameters fills that group twice on its own). Invariants that a sound
     state may overcrowd (:func:`counts_in_a_sound_state`) are skipped. :func:`violated_groups` and
-    the decoder's ``init_invariants`` rule (:mod:`omtr.model.scope.invariants`) both count by it."""
+    the decoder's ``init_invariants`` rule (:mod:`omtr.model.scope.invariants`) both count by it.
+    ``every``: count every invariant given (the caller has chosen them: the decoder's rule adds an
+    invariant without parameters only where the English says the one thing it counts is in one place)."""
     atom = tuple(str(x).lower() for x in atom)
     pred, args = atom[0], atom[1:]
     out = []
     for k, parts in enumerate(invariants):
-        if not counts_in_a_sound_state(parts):
+        if not every and not counts_in_a_sound_state(parts):
             continue
         for ppred, pargs, omitted in parts:
             if ppred != pred or len(pargs) != len(args):

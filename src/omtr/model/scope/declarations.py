@@ -28,6 +28,9 @@ class Declared:
     actions: frozenset = frozenset()
     fluents: frozenset = frozenset()  # predicates some action's effect changes (the others are static)
     invariants: tuple = ()  # the domain's mutex invariants (given_declarations(..., invariants=True))
+    # its invariants without parameters or nullary atom (Gripper's "at most one at-robby ?r", Depots'
+    # clear ?x): not used unless the statement's reading says the thing they count is in one place
+    loose_invariants: tuple = ()
 
 
 def declared_from_domain(text: str) -> Declared:
@@ -58,13 +61,14 @@ def given_declarations(text: str, *, invariants: bool = False) -> Declared:
     if invariants:
         from dataclasses import replace
 
-        from .invariants import given_invariants
+        from .invariants import given_invariants, given_loose_invariants
 
         base = given_declarations(text)
         key = ("invariants", text)
         got = _GIVEN_CACHE.get(key)
         if got is None:
-            got = _GIVEN_CACHE[key] = replace(base, invariants=given_invariants(text))
+            got = _GIVEN_CACHE[key] = replace(base, invariants=given_invariants(text),
+                                              loose_invariants=given_loose_invariants(text))
         return got
     got = _GIVEN_CACHE.get(text)
     if got is None:

@@ -58,6 +58,7 @@ class FactsRule:
         if self._statement is None or self.fact_left is None:
             return
         bound = self._statement.clause_facts(self.preds)
+        self._use_single(self.preds)  # "the robot is in room r1": at most one at-robby (.invariants)
         self.fact_left = {part: bound[part][0] for part in ("init", "goal")}
         self.fact_free = {part: bound[part][1] for part in ("init", "goal")}
         if self.open_init:

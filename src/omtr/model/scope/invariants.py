@@ -32,6 +32,17 @@ _GIVEN: dict[str, tuple] = {}
 def given_invariants(domain: str) -> tuple:
     """The mutex invariants of a given domain (PDDL text) the rule uses, cached per text; empty when
     the translator cannot read it (the rule then stands aside)."""
+    return _given_split(domain)[0]
+
+
+def given_loose_invariants(domain: str) -> tuple:
+    """The given domain's invariants that a sound state may overcrowd (no parameter, no nullary atom:
+    :func:`omtr.solver.invariants.counts_in_a_sound_state`), cached per text. The rule uses one only
+    where the statement's reading says the one thing it counts is in one place (:meth:`InvariantsRule._use_single`)."""
+    return _given_split(domain)[1]
+
+
+def _given_split(domain: str) -> tuple:
     got = _GIVEN.get(domain)
     if got is None:
         from omtr.solver.invariants import TRANSLATOR, counts_in_a_sound_state, domain_invariants
@@ -43,7 +54,8 @@ def given_invariants(domain: str) -> tuple:
             log.warning("invariant synthesis failed (%s: %s); the init_invariants rule stands aside",
                         type(exc).__name__, exc)
             invs = ()
-        got = tuple(parts for parts in invs if counts_in_a_sound_state(parts))
+        got = (tuple(parts for parts in invs if counts_in_a_sound_state(parts)),
+               tuple(parts for parts in invs if not counts_in_a_sound_state(parts)))
         if len(_GIVEN) > 64:
             _GIVEN.clear()
         _GIVEN[domain] = got
@@ -57,15 +69,36 @@ class InvariantsRule:
 
     def _init_invariants(self, given) -> None:
         self.mutex: tuple = tuple(getattr(given, "invariants", ()) or ())
+        self._loose: tuple = tuple(getattr(given, "loose_invariants", ()) or ()) if self.mutex else ()
         self.mutex_held: dict = {}
         self._mutex_memo: dict = {}
+
+    def _use_single(self, predicates) -> None:
+        """Plain English: for each :init clause the reading marks :attr:`omtr.statement.Clause.single`
+        ("the robot is in room r1": one robot, in one place) whose words name a predicate of one
+        argument (``at-robby``), the given domain's invariants without parameters made of that
+        predicate alone count too ("at most one at-robby ?r"): a second ``(at-robby r2)`` says the
+        robot is in two places. Such an invariant in general may count many things (Depots' ``clear
+        ?x``); the reading's one thing is what makes it "at most one". Before any atom is written."""
+        reading = getattr(getattr(self, "_statement", None), "reading", None)
+        if not self._loose or reading is None or getattr(reading, "layout", "") != "plain":
+            return
+        from omtr.statement import clause_predicate
+
+        singles = {clause_predicate(c, predicates) for c in reading.init if getattr(c, "single", False)}
+        singles = {p for p in singles if p is not None and len(predicates.get(p, ())) == 1}
+        extra = tuple(parts for parts in self._loose
+                      if parts and all(pp in singles for pp, _, _ in parts) and parts not in self.mutex)
+        if extra:
+            self.mutex = self.mutex + extra
+            self._mutex_memo = {}
 
     def _groups_of(self, atom: tuple) -> tuple:
         got = self._mutex_memo.get(atom)
         if got is None:
             from omtr.solver.invariants import atom_groups
 
-            got = self._mutex_memo[atom] = tuple(atom_groups(self.mutex, atom))
+            got = self._mutex_memo[atom] = tuple(atom_groups(self.mutex, atom, every=True))
         return got
 
     def _clashes(self, atom: tuple, held: dict | None = None) -> bool:

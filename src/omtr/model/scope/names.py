@@ -3,7 +3,8 @@
 The problem's ``:objects`` declares the statement's names first (:func:`omtr.statement.statement_objects`:
 "the red block", ``ball_1``, ``room_2``), each once, and cannot close while one is missing; a name
 that holds a declared type's name as a part (``ball_1``) shares its group with no such name of
-another type, and the group takes that type or one below it (``ball_1 ball_2 - ball``). Where the
+another type, and the group takes that type or one below it (``ball_1 ball_2 - ball``); so does a
+name the plain English gives a class noun that is a declared type ("ball b1": ``b1 - ball``). Where the
 reading is sure the statement names every object, the problem's own objects are words of the task's
 text, no more of them than the clauses that name nothing need (:mod:`.facts`).
 """
@@ -37,6 +38,11 @@ class NamesRule:
                                   and o not in self.constants))
         self.required = req if len(req) <= max_objects else ()
         self.extra_words = getattr(objects, "extra_words", None) if self.required else None
+        # plain English: the noun the English gives a name ("ball b1", "two pallets, pa and pb"),
+        # which, where it is a declared type, is the name's type as a part of its spelling is
+        reading = getattr(objects, "reading", None)
+        nouns = dict(getattr(reading, "nouns", ()) or ()) if self.required else {}
+        self.name_nouns = {o: nouns[n] for o in self.required if (n := o.replace("_", "").replace("-", "")) in nouns}
 
     def _object_words(self, f: Frame, banned: set[str]) -> set[str] | None:
         """The words that may come next in ``:objects`` ``f`` (besides ``banned``), or None for any
@@ -134,7 +140,7 @@ class NamesRule:
         out = set()
         for o in f.group + ([extra] if extra else []):
             if o in self.required:
-                out |= {t for t in types if _names_type(o, t)}
+                out |= {t for t in types if _names_type(o, t) or self.name_nouns.get(o) == t}
         return out
 
     def _subtypes(self, types: set[str]) -> set[str]:
