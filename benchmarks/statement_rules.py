@@ -15,6 +15,14 @@ family and variant, success and faithful success at budget 1 and at the budget, 
 rule sets the episodes ran under, the checker's categories of the solved-but-unfaithful answers,
 and the Judge's AUC between faithful and solved-but-unfaithful Actor answers (pooled over the
 families, with a bootstrap interval), and writes them as JSON.
+
+``--judge-pool DIR...`` runs no model: it pools the solved Actor answers of evaluations already run
+(their ``traces.jsonl``) by the same model under different decoders, since scoped decoding leaves
+almost no solved-but-unfaithful answer and the statement's names alone leave almost no faithful one,
+and reports the Judge's AUC between faithful and solved-but-unfaithful answers over the pool and
+within tasks (pairs of one task only: what choosing among a task's answers needs):
+
+    python benchmarks/statement_rules.py --judge-pool out/trained-b1-... out/trained-names-b1-... --out pool.json
 """
 
 from __future__ import annotations
@@ -121,6 +129,38 @@ def judge_auc(pairs: list[tuple[float, bool]], boot: int = 1000, seed: int = 0) 
             "high": round(draws[int(0.975 * len(draws)) - 1], 3), "faithful": len(pos), "unfaithful": len(neg)}
 
 
+def judged_answers(traces: Path) -> list[tuple[str, float, bool]]:
+    """``(task id, the Judge's score, faithful)`` for each solved Actor answer (first step) of an
+    evaluation's traces that carries a Judge score."""
+    out = []
+    for line in traces.read_text().splitlines():
+        r = json.loads(line)
+        steps = r.get("steps") or []
+        if r.get("kind", "planning") != "planning" or not steps:
+            continue
+        if (steps[0].get("verdict") or {}).get("success") and steps[0].get("judge_score") is not None:
+            out.append((r["id"], float(steps[0]["judge_score"]), bool((r.get("faithful") or {}).get("faithful"))))
+    return out
+
+
+def judge_pool(dirs: list[str]) -> dict:
+    """The Judge's AUC over the solved answers of several evaluations of one model (module doc)."""
+    answers = [a for d in dirs for a in judged_answers(Path(d) / "traces.jsonl")]
+    by_task: dict[str, list] = {}
+    for tid, score, faithful in answers:
+        by_task.setdefault(tid, []).append((score, faithful))
+    pairs = wins = 0.0
+    for got in by_task.values():
+        for sf, f in got:
+            for sd, d in got:
+                if f and not d:
+                    pairs += 1
+                    wins += (sf > sd) + 0.5 * (sf == sd)
+    return {"evaluations": dirs, "pooled": judge_auc([(s, f) for _, s, f in answers]),
+            "within_task": {"auc": round(wins / pairs, 3) if pairs else None, "pairs": int(pairs),
+                            "tasks": sum(1 for g in by_task.values() if {f for _, f in g} == {True, False})}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
@@ -139,7 +179,16 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="small")
     ap.add_argument("--work", default="out/statement-rules", help="folder for the task file and the evaluations")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--judge-pool", nargs="+", metavar="DIR",
+                    help="no model run: the Judge's AUC over these evaluations' solved answers (module doc)")
     args = ap.parse_args(argv)
+    if args.judge_pool:
+        res = judge_pool(args.judge_pool)
+        print(f"Judge AUC faithful vs solved-but-unfaithful: pooled {res['pooled']}; within tasks {res['within_task']}")
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        return 0
     variants = [v.split("=", 1) for v in (args.variant or ["after=."])]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
