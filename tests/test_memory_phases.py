@@ -122,6 +122,56 @@ def test_with_a_fixed_mmap_threshold_freed_tensors_leave_at_once():
     assert after - before < 20, (before, during, after)  # without the fixed threshold: 60 MiB stay (measured)
 
 
+_KV_GROWTH = """
+import sys
+import torch
+from omtr.rl.memory import LEAN_ROLLOUT_MMAP_THRESHOLD, ROLLOUT_MMAP_THRESHOLD, mmap_threshold, rss_mb, trim_heap
+if not trim_heap():
+    print("SKIP"); raise SystemExit
+threshold = {"lean": LEAN_ROLLOUT_MMAP_THRESHOLD, "old": ROLLOUT_MMAP_THRESHOLD}[sys.argv[1]]
+with mmap_threshold(threshold):
+    before = rss_mb()
+    keep = []
+    # the fast engine's rollout in small: prefix blocks of 1.5 MiB kept by a cache, then a row cache of
+    # 8 layers whose keys grow by concatenation (a new, larger block each time, the old one freed),
+    # a small live tensor after each (as the decoder's own small results pin the top of the heap)
+    blocks = [torch.ones(3 * 2**17) for _ in range(40)]
+    rows = [torch.ones(2**18) for _ in range(8)]
+    for step in range(12):
+        rows = [torch.cat([t, torch.ones(2**17)]) for t in rows]
+        keep.append(torch.ones(256))
+    during = rss_mb()
+    del blocks, rows
+    after = rss_mb()
+print(before, during, after)
+"""
+
+
+def _fresh_args(code: str, *args: str) -> list[float]:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    if out.stdout.strip() == "SKIP":
+        pytest.skip("not glibc")
+    return [float(x) for x in out.stdout.split()]
+
+
+@linux
+def test_the_rollouts_keys_and_values_leave_when_freed_under_lean_memory():
+    """issue 42: under lean_memory the rollout runs with glibc's mmap threshold at 1 MiB, so the fast
+    engine's blocks of keys and values (prefix blocks, row caches grown by concatenation) go back to
+    the system when freed; at the 32 MiB the rollout ran with before they stay resident in the heap
+    (and the next rollout's peak lands on top of them)."""
+    before, during, after = _fresh_args(_KV_GROWTH, "lean")
+    assert during - before > 60
+    lean_left = after - before  # measured 3-16 MiB (torch's own first-use allocations among them)
+    assert lean_left < 30, (before, during, after)
+    before, during, after = _fresh_args(_KV_GROWTH, "old")
+    old_left = after - before  # measured 125 MiB
+    assert old_left > lean_left + 60, ("the old threshold's heap keeps them (the test needs it)", before, during, after)
+
+
 TASKS = [TrainingTask(f"t{i}", "blocksworld", None, f"Put block b{i} on the table, then stack b{i + 1} on it.")
          for i in range(4)]
 
@@ -151,13 +201,35 @@ def _run(tmp_path, name, **kw):
     engine = tr.engines[id(model)]
     blocks_at_update = []
     update = tr._update
+    # the mmap threshold in force whenever the engine generates (issue 42: 1 MiB under lean_memory)
+    import omtr.rl.memory as memory
+
+    fixed = memory.fix_mmap_threshold
+    tr.thresholds = thresholds = []
+    state = {"now": None}
+
+    def fix(nbytes=memory.MMAP_THRESHOLD):
+        state["now"] = nbytes
+        return fixed(nbytes)
+
+    generate = engine.generate
+
+    def generating(*a, **k):
+        thresholds.append(state["now"])
+        return generate(*a, **k)
+
+    engine.generate = generating
+    memory.fix_mmap_threshold = fix
 
     def watched(items, judge_items):
         blocks_at_update.append((engine.prefix_cache.blocks, len(engine.weights)))
         return update(items, judge_items)
 
     tr._update = watched
-    assert tr.run() == "finished"
+    try:
+        assert tr.run() == "finished"
+    finally:
+        memory.fix_mmap_threshold = fixed
     return tr, blocks_at_update
 
 
@@ -167,6 +239,17 @@ def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothin
     kept, kept_blocks = _run(tmp_path, "kept", lean_memory=False)
     assert kept_blocks[0][0] > 0 and kept_blocks[0][1] == 3, "the rollout left blocks and weights (the test needs some)"
     assert lean_blocks == [(0, 0)], "lean_memory: the rollout's prefix cache and the roles' own linears are gone"
+    # issue 42: the rollout generates under a 1 MiB mmap threshold and a lower prefix cache bound (lean_memory)
+    from omtr.rl.memory import LEAN_ROLLOUT_MMAP_THRESHOLD
+
+    assert LEAN_ROLLOUT_MMAP_THRESHOLD <= 4 << 20
+    assert lean.thresholds and set(lean.thresholds) == {LEAN_ROLLOUT_MMAP_THRESHOLD}, lean.thresholds
+    assert set(kept.thresholds) == {None}, "without lean_memory the rollout leaves glibc's threshold alone"
+    lean_engine, kept_engine = (next(iter(t.engines.values())) for t in (lean, kept))
+    assert lean_engine.prefix_cache.capacity == int(lean.cfg.lean_prefix_cache_mb * 2**20) < 1024 * 2**20
+    assert kept_engine.prefix_cache.capacity == int(kept.cfg.prefix_cache_mb * 2**20) == 1024 * 2**20
+    with pytest.raises(Exception, match="lean_prefix_cache_mb"):
+        lean.cfg.replace(lean_prefix_cache_mb=-1)
     a, b = lean.trainable_state(), kept.trainable_state()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[n], b[n]) for n in a), "the same update"

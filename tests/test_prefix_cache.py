@@ -127,3 +127,47 @@ def test_clear_frees_the_blocks_without_the_cyclic_collector():
         assert cache.match("actor", [0, 1, 1, 2]) == []
     finally:
         gc.enable()
+
+
+def test_a_smaller_bound_changes_no_sampled_token_or_log_prob():
+    """issue 42: lean_memory bounds training's prefix cache lower (lean_prefix_cache_mb). A bound only
+    decides which blocks are found and which are computed again, in the same chunks, so sampled
+    rollouts (several calls, the cache carried across them, two prompt families, the Judge on the
+    same cache) are the same bit for bit with a bound that holds everything, one that evicts, and
+    none at all."""
+    torch = pytest.importorskip("torch")
+    from omtr.model import build_model
+    from omtr.policy import Sampling
+    from omtr.rollout import make_engine
+
+    torch.set_num_threads(1)
+    m = build_model("micro")
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    demo = {f: " ".join(f"{f} example step {k}: move the {f} thing {k} to place {k + 1}." for k in range(12))
+            for f in ("blocks", "balls")}
+    prompts = [[{"role": "system", "content": "You write PDDL for planning tasks, carefully."},
+                {"role": "user", "content": f"{demo[f]} Now the task: move {f} item {i} to place {i + 2}."}]
+               for i in range(3) for f in demo]
+
+    def rollouts(**kw):
+        eng = make_engine("fast", m, prefix_block=8, **kw)
+        out = []
+        for call in range(3):
+            sampling = Sampling(greedy=False, temperature=0.7, max_new_tokens=10, seed=100 + call)
+            gens = eng.generate("actor" if call != 1 else "editor", prompts[call:] + prompts[:call], sampling,
+                                constraint="off")
+            out.append(([x.token_ids for x in gens], [x.logprobs for x in gens]))
+        out.append(eng.judge(prompts))
+        return out, eng.prefix_cache.stats
+
+    big, big_stats = rollouts(prefix_cache_mb=1024.0)
+    small, small_stats = rollouts(prefix_cache_mb=0.05)  # a few blocks of the micro model's keys and values
+    off, _ = rollouts(prefix_cache=False)
+    assert big_stats.hit_tokens > 0 and big_stats.evicted_blocks == 0
+    assert small_stats.evicted_blocks > 0, "the small bound must evict (the test needs it)"
+    assert small == big, "a smaller prefix cache bound changed a sampled token, a log-prob or a Judge score"
+    assert off == big

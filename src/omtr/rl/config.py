@@ -60,6 +60,9 @@ class TrainConfig:
     prefix_cache: bool = _f(True, "The fast engine's prefix cache across rollout prompts (Actor, Editor and Judge "
                                   "prompts of a family computed once; dropped after every optimizer step).")
     prefix_cache_mb: float = _f(PREFIX_CACHE_MB, "The prefix cache's bound in MiB (least recently used blocks go first).")
+    lean_prefix_cache_mb: float = _f(128.0, "With lean_memory: the prefix cache's bound in MiB for training's engines "
+                                            "where lower than prefix_cache_mb (the cache changes how fast a prompt is "
+                                            "computed, never its values: the blocks are the same chunks either way).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
     decoding: str | None = _f(None, "Decoding constraint of rollouts: scoped, plain or off (None: the model's; "
                                     "see ModelConfig.decoding). When set it decides over `grammar` (scoped/plain "
@@ -150,10 +153,11 @@ class TrainConfig:
     lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
                                  "rollout engine's prefix cache after the rollout (stale once the update moves the "
                                  "parameters; a refresh would drop it anyway) and glibc's free heap pages "
-                                 "(malloc_trim) after the rollout and after the update; and, in the passes that train, "
-                                 "glibc's mmap threshold fixed at 1 MiB (larger blocks are returned when freed; 32 MiB "
-                                 "in the rollout; omtr.rl.memory). Changes no value; false keeps the earlier "
-                                 "behaviour.")
+                                 "(malloc_trim) after the rollout and after the update; glibc's mmap threshold fixed "
+                                 "at 1 MiB in the rollout and in the passes that train (larger blocks, the rollout's "
+                                 "keys and values among them, are returned when freed; 32 MiB between; "
+                                 "omtr.rl.memory); the fast engine's prefix cache bounded by lean_prefix_cache_mb. "
+                                 "Changes no value; false keeps the earlier behaviour.")
     memory_phases: bool = _f(True, "Log each update's resident memory by phase: at each phase's end and the process's "
                                    "high-water mark then (mem_<phase>_end_mb, mem_<phase>_hwm_mb, mem_hwm_mb; "
                                    "omtr.rl.memory).")
@@ -213,6 +217,8 @@ class TrainConfig:
         if self.prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb} "
                               "(0 keeps nothing; --set prefix_cache=false turns the cache off)")
+        if self.lean_prefix_cache_mb < 0:
+            raise ConfigError(f"lean_prefix_cache_mb must be 0 or more, got {self.lean_prefix_cache_mb}")
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
                "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers", "dynamic_sampling_rounds",
                "judge_gate_window")

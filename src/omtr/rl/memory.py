@@ -81,14 +81,20 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
 
 
 ROLLOUT_MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold (64-bit)
+# lean_memory's threshold in the rollout: the fast engine's blocks of keys and values (a prefix-cache
+# block of SmolLM2 5.9 MiB, a row cache's layer ~18 MiB and growing by concatenation every 64 tokens,
+# a prompt prefix's keys ~30 MiB) and the prefill's activations get pages of their own and leave
+# when freed, instead of widening a heap whose free pages stay resident under the rollout's peak.
+LEAN_ROLLOUT_MMAP_THRESHOLD = MMAP_THRESHOLD
 
 
 @contextlib.contextmanager
 def mmap_threshold(nbytes: int = MMAP_THRESHOLD, after: int = ROLLOUT_MMAP_THRESHOLD):
     """:func:`fix_mmap_threshold` at ``nbytes`` inside, ``after`` on the way out. The trainer wraps its
-    passes that train (few, large blocks: page faults cost little beside their matrix products) and
-    leaves the rollout (a decode step makes many blocks of a few MiB) at 32 MiB, where glibc's own
-    threshold ends up anyway; :func:`trim_heap` after the rollout hands its freed pages back."""
+    passes that train (few, large blocks: page faults cost little beside their matrix products) and,
+    under ``lean_memory``, its rollout (:data:`LEAN_ROLLOUT_MMAP_THRESHOLD`); between them, and
+    without ``lean_memory``, glibc's threshold ends at 32 MiB (its own ceiling) anyway;
+    :func:`trim_heap` after each phase hands its freed heap pages back."""
     fix_mmap_threshold(nbytes)
     try:
         yield

@@ -66,7 +66,7 @@ from omtr.rl.checkpoint import CheckpointMixin, _atomic_write, _ckpt_name
 from omtr.rl.config import TrainConfig
 from omtr.rl.distributed import Collective, init_from_env, shard
 from omtr.rl.engine import TrainModules, make_backend
-from omtr.rl.memory import PhaseMemory, mmap_threshold, trim_heap
+from omtr.rl.memory import LEAN_ROLLOUT_MMAP_THRESHOLD, PhaseMemory, mmap_threshold, trim_heap
 from omtr.rl.metrics import MetricsMixin
 from omtr.rl.recipe import CollapseGuard, Curriculum, JudgeGate, balanced_sample, object_count
 from omtr.rl.rewards import OUTCOME_SCORES
@@ -209,7 +209,7 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
             from omtr.rollout import make_engine
 
             # one rollout engine per distinct model; hf is the model itself
-            opts = {"prefix_cache": cfg.prefix_cache, "prefix_cache_mb": cfg.prefix_cache_mb} \
+            opts = {"prefix_cache": cfg.prefix_cache, "prefix_cache_mb": self.prefix_cache_bound(cfg)} \
                 if cfg.rollout_engine == "fast" else {}
             self.engines = {id(m): make_engine(cfg.rollout_engine, m, **opts) for m in self.distinct}
         self.exact_rollout = all(e.exact for e in self.engines.values())
@@ -331,7 +331,10 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         t0 = time.perf_counter()
         start, mine = self.rank_tasks()
         self.rollout_task_ids = [t.id for t in mine]
-        with self._mem.phase("rollout"):
+        # lean_memory: the rollout's blocks of 1 MiB and more (keys and values, the prefill's activations)
+        # get pages of their own, handed back when freed (omtr.rl.memory.LEAN_ROLLOUT_MMAP_THRESHOLD)
+        lean_rollout = mmap_threshold(LEAN_ROLLOUT_MMAP_THRESHOLD) if cfg.lean_memory else contextlib.nullcontext()
+        with self._mem.phase("rollout"), lean_rollout:
             policy, self._refresh_s = self._rollout_policy()
             gate_open = cfg.use_judge and self.judge_gate.open  # decided on earlier updates' specs
             # Episodes are numbered within the cycle, over the whole batch: this rank's come after the
@@ -422,6 +425,12 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         if self.coll.is_main:
             self._log_metrics(metrics, log_path, validation)
         return metrics
+
+    @staticmethod
+    def prefix_cache_bound(cfg: TrainConfig) -> float:
+        """The fast engine's prefix cache bound in MiB: ``prefix_cache_mb``, or under ``lean_memory``
+        ``lean_prefix_cache_mb`` where lower (the bound changes speed, never values)."""
+        return min(cfg.prefix_cache_mb, cfg.lean_prefix_cache_mb) if cfg.lean_memory else cfg.prefix_cache_mb
 
     def _memory_metrics(self) -> dict[str, float]:
         """This update's memory by phase; over several ranks each figure is the largest of any rank
