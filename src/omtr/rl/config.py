@@ -60,7 +60,7 @@ class TrainConfig:
     prefix_cache: bool = _f(True, "The fast engine's prefix cache across rollout prompts (Actor, Editor and Judge "
                                   "prompts of a family computed once; dropped after every optimizer step).")
     prefix_cache_mb: float = _f(PREFIX_CACHE_MB, "The prefix cache's bound in MiB (least recently used blocks go first).")
-    lean_prefix_cache_mb: float = _f(128.0, "With lean_memory: the prefix cache's bound in MiB for training's engines "
+    lean_prefix_cache_mb: float = _f(64.0, "With lean_memory: the prefix cache's bound in MiB for training's engines "
                                             "where lower than prefix_cache_mb (the cache changes how fast a prompt is "
                                             "computed, never its values: the blocks are the same chunks either way).")
     grammar: bool | None = _f(None, "PDDL grammar during rollouts (None: the model's setting).")
