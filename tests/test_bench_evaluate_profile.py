@@ -5,7 +5,6 @@ breakdown adding up to the whole command, the table and the sample's allocation.
 from __future__ import annotations
 
 import cProfile
-import importlib.util
 import pstats
 import sys
 import time
@@ -14,14 +13,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_helpers import load_benchmark  # noqa: E402
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_evaluate_profile", ROOT / "benchmarks" / "evaluate_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("evaluate_profile")
 
 
 def test_a_moment_belongs_to_the_innermost_phase():

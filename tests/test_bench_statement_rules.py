@@ -3,18 +3,14 @@ domain-given one hands the model the reference's domain."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_helpers import load_benchmark  # noqa: E402
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_statement_rules", ROOT / "benchmarks" / "statement_rules.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("statement_rules")
 
 
 def test_full_mode_draws_the_same_tasks_without_a_domain(tmp_path):

@@ -94,13 +94,13 @@ print(before, during, after)
 """
 
 
-def _fresh(code: str) -> list[float]:
+def _fresh(code: str, *args: str) -> list[float]:
     """Runs ``code`` in a fresh interpreter (glibc's allocator state, its settings and the resident
     set are per process: the suite's earlier tests and threads would move the figures, and a
     mallopt here would stay for the rest of the suite) and returns the figures it prints."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     if out.stdout.strip() == "SKIP":
         pytest.skip("not glibc")
@@ -147,27 +147,17 @@ print(before, during, after)
 """
 
 
-def _fresh_args(code: str, *args: str) -> list[float]:
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    if out.stdout.strip() == "SKIP":
-        pytest.skip("not glibc")
-    return [float(x) for x in out.stdout.split()]
-
-
 @linux
 def test_the_rollouts_keys_and_values_leave_when_freed_under_lean_memory():
     """issue 42: under lean_memory the rollout runs with glibc's mmap threshold at 1 MiB, so the fast
     engine's blocks of keys and values (prefix blocks, row caches grown by concatenation) go back to
     the system when freed; at the 32 MiB the rollout ran with before they stay resident in the heap
     (and the next rollout's peak lands on top of them)."""
-    before, during, after = _fresh_args(_KV_GROWTH, "lean")
+    before, during, after = _fresh(_KV_GROWTH, "lean")
     assert during - before > 60
     lean_left = after - before  # measured 3-16 MiB (torch's own first-use allocations among them)
     assert lean_left < 30, (before, during, after)
-    before, during, after = _fresh_args(_KV_GROWTH, "old")
+    before, during, after = _fresh(_KV_GROWTH, "old")
     old_left = after - before  # measured 125 MiB
     assert old_left > lean_left + 60, ("the old threshold's heap keeps them (the test needs it)", before, during, after)
 

@@ -203,6 +203,25 @@ def clause_predicate(clause: Clause, predicates: dict) -> str | None:
     return best[0][1]
 
 
+def type_claims(clauses, types, predicates: dict) -> dict[str, frozenset]:
+    """The types one-name clauses give their names by the type's own name ("location_0_0 is an
+    airport" where the domain declares the type ``airport`` and no predicate of that name), as
+    ``{type: the names (normalised) given it}``. A negated clause ("is not an airport") and one whose
+    words name a predicate (:func:`clause_predicate`: an untyped domain's ``(airport l)``) give none.
+    ``types``: the domain's declared types; ``predicates``: its predicates (name -> argument types).
+    Shared by the decoder's names rule and the typed grounding signal."""
+    by_word = {_norm(t.lower()): t for t in types if t.lower() != "object"}
+    claims: dict[str, set] = {}
+    for c in clauses:
+        if len(c.key) != 1 or any(w in _NEGATING for w in c.words) or clause_predicate(c, predicates):
+            continue
+        for w in c.words:
+            t = by_word.get(w)
+            if t is not None and w != c.key[0]:
+                claims.setdefault(t, set()).add(c.key[0])
+    return {t: frozenset(v) for t, v in claims.items()}
+
+
 def _names_in(words: list[str], described: set[str]) -> list[str]:
     """The names among a clause's raw words (module doc), in order."""
     out = []

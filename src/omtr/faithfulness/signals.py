@@ -429,34 +429,23 @@ def grounding(nl: str, domain: str | None, problem: str | None) -> Grounding | N
     # The other side of the type clauses: where the English gives objects a type ("location_0_0 is an
     # airport"), an object declared of that type (or one below it) that no clause gives it is a type
     # the English never states (``location_0_1 - airport``: an airport the task does not have).
-    untold = _untold_types(clauses, objects, domain)
+    untold = _untold_types(reading, objects, domain)
     score = round(2.0 * credit / (len(clauses) + len(atoms) + declared + len(untold)), 6)
     unpaired = tuple(c.text for i, c in enumerate(clauses) if i not in paired)
     unsaid = tuple((part, a) for part in ("init", "goal") for a in free[part]) + tuple(("init", u) for u in untold)
     return Grounding(score, unpaired, unsaid)
 
 
-def _untold_types(clauses, objects: dict[str, str], domain: str | None) -> list[tuple[str, str]]:
-    """Typed declarations the English never states, as ``(type, object)``: a type that some one-name
-    :init clause gives its object by the type's own name ("location_0_0 is an airport", no predicate
-    named), declared (itself or a type below it) for an object no such clause names."""
+def _untold_types(reading, objects: dict[str, str], domain: str | None) -> list[tuple[str, str]]:
+    """Typed declarations the English never states, as ``(type, object)``: a type that one-name
+    :init clauses give their objects by the type's own name (:func:`omtr.statement.type_claims`:
+    "location_0_0 is an airport"), declared (itself or a type below it) for an object no such clause
+    names."""
+    from omtr.statement import type_claims
+
     if not objects:
         return []
-    from omtr.pddl.model import SpecError, parse_domain
-
-    try:
-        declared = set(parse_domain(domain or "").types)
-    except (SpecError, RecursionError):
-        return []
-    by_word = {re.sub(r"[^a-z0-9]", "", t.lower()): t.lower() for t in declared if t.lower() != "object"}
-    claimed: dict[str, set[str]] = {}
-    for c in clauses:
-        if c.part != "init" or len(c.key) != 1 or c.predicate is not None:
-            continue
-        for w in re.findall(r"[a-z0-9_-]+", c.text.lower()):
-            t = by_word.get(re.sub(r"[^a-z0-9]", "", w))
-            if t is not None and re.sub(r"[^a-z0-9]", "", w) != c.key[0]:
-                claimed.setdefault(t, set()).add(c.key[0])
+    claimed = type_claims(reading.init, _domain_types(domain), _domain_predicates(domain)[0])
     out = []
     for o, t in sorted(objects.items()):
         if t == "object":

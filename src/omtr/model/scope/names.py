@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from omtr.statement import _NEGATING, _norm, clause_predicate, name_parts
+from omtr.statement import _norm, name_parts, type_claims
 
 from .declarations import ROOT_TYPE
 from .frames import Frame
@@ -85,18 +85,10 @@ class NamesRule:
         got = self.__dict__.get("_claims")
         if got is not None and got[0] == n:
             return got[1]
-        claims: dict[str, set] = {}
         reading = getattr(self, "_reading", None)
+        out = {}
         if self.typing and self.required and self.fact_left is not None and reading is not None:
-            by_word = {_norm(t): t for t in self._declared_types() - {ROOT_TYPE}}
-            for c in reading.init:
-                if len(c.key) != 1 or any(w in _NEGATING for w in c.words) or clause_predicate(c, self.preds):
-                    continue
-                for w in c.words:
-                    t = by_word.get(w)
-                    if t is not None and w != c.key[0]:
-                        claims.setdefault(t, set()).add(c.key[0])
-        out = {t: frozenset(v) for t, v in claims.items()}
+            out = type_claims(reading.init, self._declared_types() - {ROOT_TYPE}, self.preds)
         self._claims = (n, out)
         return out
 
@@ -120,7 +112,7 @@ class NamesRule:
         named = self._subtypes(self._group_types(f, extra)) or (self._declared_types() - {ROOT_TYPE})
         if any(all(self._claim_allows(o, t) for o in group) for t in named):
             return True
-        return not any(self._claim_satisfiable(o) for o in group) if len(group) == 1 else False
+        return len(group) == 1 and not self._claim_satisfiable(group[0])
 
     def _claim_satisfiable(self, obj: str) -> bool:
         """Does some type both fit the clauses' types for ``obj`` and the type its name names?"""
