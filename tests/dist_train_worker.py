@@ -125,6 +125,10 @@ def run_phase(phase: str, out: Path, model: str, ds: str) -> None:
         record["stats"] = tr._update(mine, mine_j)
         record["items"] = len(mine)
         record["after"] = digest(tr.trainable_state())
+        if engine:  # DeepSpeed's torch backend on a CPU, without its shared-memory all-reduce op
+            from deepspeed.comm import comm as ds_comm
+
+            record["shm_op"] = ds_comm.cdb is not None and ds_comm.cdb.shm_comm_op is not None
     elif phase == "run":
         c = cfg(model, ds)
         a = Trainer(c, TASKS, out / "run", env=NoPlanner(), quiet=True, model=fresh())

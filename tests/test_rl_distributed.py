@@ -142,6 +142,8 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
         g = rec(phase)
         assert g[0]["items"] > 0 and g[1]["items"] > 0 and g[0]["items"] + g[1]["items"] == len(items)
         assert g[0]["after"] == g[1]["after"], f"{phase}: parameters differ across ranks after the step"
+        if phase == "grad":
+            assert [x["shm_op"] for x in g] == [False, False]  # gloo alone on a CPU
         # torch clips (and reports) the policy's gradient apart from the value head's; DeepSpeed's
         # one global norm covers both
         want = dict(one, grad_norm=math.hypot(one["grad_norm"], one.get("value_grad_norm", 0.0))) \

@@ -213,6 +213,10 @@ def test_one_real_update_through_a_deepspeed_engine_on_cpu(tmp_path, stage, monk
     cfg_file = Path(__file__).resolve().parents[1] / "configs" / "deepspeed" / f"zero{stage}_cpu.json"
     tr = Trainer(_cfg(deepspeed=str(cfg_file)), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True)
     assert tr.backend.name == "deepspeed" and tr.backend.engine.zero_optimization_stage() == stage
+    # no shared-memory all-reduce op built on a CPU (omtr.rl.distributed.deepspeed_init_distributed)
+    from deepspeed.comm import comm as ds_comm
+
+    assert ds_comm.cdb is not None and ds_comm.cdb.shm_comm_op is None
     _perturb(tr)
     before = tr.trainable_state()
     assert tr.run() == "finished"

@@ -30,6 +30,32 @@ def env_world_size() -> int:
         return 1
 
 
+def deepspeed_without_shm_op() -> None:
+    """Keep DeepSpeed from building its shared-memory all-reduce op on a CPU.
+
+    DeepSpeed's torch backend (created by ``init_distributed`` and again by ``initialize``) otherwise
+    JIT-compiles ``deepspeed_shm_comm`` (C++ built by ninja on the first start of each machine) and
+    maps /dev/shm segments for it. Only tensor-parallel inference (``inference_all_reduce``) uses that
+    op; ZeRO's gradient reduction goes through ``torch.distributed``. The build costs a compiler run
+    on every fresh machine and was seen to abort a two-rank CPU run (SIGABRT in CI), so on a CPU it
+    is marked incompatible and the ranks talk over gloo alone. With a GPU nothing changes."""
+    if torch.cuda.is_available():
+        return
+    import deepspeed
+
+    # DeepSpeed keeps this dict for the life of the process and reads it in build_shm_op.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def deepspeed_init_distributed() -> None:
+    """``deepspeed.init_distributed`` for this machine: NCCL with a GPU, gloo (and no shared-memory
+    op, :func:`deepspeed_without_shm_op`) without."""
+    import deepspeed
+
+    deepspeed_without_shm_op()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
 def init_from_env(*, use_deepspeed: bool) -> "Collective":
     """Join the process group a launcher described (RANK, WORLD_SIZE, MASTER_ADDR/PORT) and pin
     this process's GPU (LOCAL_RANK) before any model is built; a single process gets a trivial
@@ -39,9 +65,7 @@ def init_from_env(*, use_deepspeed: bool) -> "Collective":
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if use_deepspeed:
-            import deepspeed
-
-            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+            deepspeed_init_distributed()
         else:
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return Collective.current()

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from omtr.config import ConfigError
-from omtr.rl.distributed import Collective
+from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op
 
 
 class TrainModules(nn.Module):
@@ -129,7 +129,7 @@ class DeepSpeedBackend:
             os.environ.setdefault("WORLD_SIZE", "1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29511")
-            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+            deepspeed_init_distributed()
         # DeepSpeed clips one global norm over every parameter it holds, the value head included:
         # unlike TorchBackend, the value loss's gradient still shares the policy's clip here.
         ds_cfg.setdefault("gradient_clipping", cfg.max_grad_norm)
@@ -138,6 +138,7 @@ class DeepSpeedBackend:
         ds_cfg.setdefault("train_micro_batch_size_per_gpu", 1)
         ds_cfg.pop("train_batch_size", None)
         optimizer = None
+        deepspeed_without_shm_op()  # initialize() makes its own torch backend when none exists yet
         if "optimizer" not in ds_cfg:
             optimizer = torch.optim.Adam(param_groups(mods, cfg.lr, cfg.value_lr, cfg.weight_decay),
                                          betas=tuple(cfg.adam_betas))
