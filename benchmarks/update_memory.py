@@ -117,7 +117,11 @@ PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": Fal
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),
          "bf16": {**_EARLIER, "update_dtype": "bf16"},
-         "default": {}}
+         "default": {},
+         # the default with fewer decoder layers recomputing their activations (ModelConfig.checkpoint_layers)
+         "ckpt50": {"checkpoint_layers": 0.5},
+         "ckpt25": {"checkpoint_layers": 0.25},
+         "nockpt": {"activation_checkpointing": False}}
 
 
 def _trainer(args, tmp: str, settings: dict):
@@ -149,7 +153,7 @@ def child_rollout(args) -> dict:
     report: dict = {"rss_after_imports_mb": round(rss_mb())}
     with tempfile.TemporaryDirectory() as tmp:
         with sampler.phase("build", report):
-            tr = _trainer(args, tmp, None)
+            tr = _trainer(args, tmp, {})
         cfg = tr.cfg
         task = tr.batch_tasks(0)[0]
         tasks = [task] * cfg.samples_per_task

@@ -281,6 +281,43 @@ def test_checkpointed_layers_give_the_same_logprobs_and_gradients(micro, complet
     assert out[True][2]["role_embeddings"].abs().sum() > 0
 
 
+def test_spread_picks_an_even_share_of_the_layers():
+    from omtr.model.checkpointing import spread
+
+    layers = list(range(30))
+    assert spread(layers, 1.0) == layers
+    assert spread(layers, 0.5) == list(range(0, 30, 2))
+    assert len(spread(layers, 0.25)) == 8 and spread(layers, 0.25)[0] == 0
+    assert spread(layers, 0.01) == [0]  # at least one
+    assert spread([7, 8, 9], 0.5) == [7, 8]
+
+
+def test_checkpoint_layers_is_checked_and_a_share_gives_the_same_values(micro, completions, checkpoints):
+    from omtr.config import ConfigError, ModelConfig
+    from omtr.model.checkpointing import decoder_layers
+    from omtr.rl.config import train_profile
+
+    for bad in (0, 1.5, -0.2, True, "half"):
+        with pytest.raises(ConfigError, match="checkpoint_layers"):
+            ModelConfig(checkpoint_layers=bad)
+    with pytest.raises(ConfigError, match="checkpoint_layers"):
+        train_profile("micro").replace(checkpoint_layers=2.0)
+    _, comps = completions["scoped"]
+    n = len(decoder_layers(micro.base_model))
+    out = {}
+    for share in (1.0, 0.5):
+        micro.cfg = micro.cfg.replace(activation_checkpointing=True, checkpoint_layers=share)
+        checkpoints.clear()
+        micro.zero_grad(set_to_none=True)
+        lp, mask = micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="off")
+        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+        out[share] = (lp.detach(), mask, _grads(micro), len(checkpoints))
+    micro.cfg = micro.cfg.replace(checkpoint_layers=1.0)
+    # each forward pass that trains runs round(share * n) layers under checkpoint
+    assert out[1.0][3] > 0 and out[0.5][3] * n == out[1.0][3] * max(1, round(0.5 * n))
+    _assert_same(out[1.0][:3], out[0.5][:3])
+
+
 def test_checkpointed_judge_scores_and_gradients(micro, checkpoints):
     prompts = [PROMPTS[0] + [{"role": "assistant", "content": "(define (domain d))"}],
                PROMPTS[0] + [{"role": "assistant", "content": "(define (problem p) (:domain d))"}]]

@@ -357,6 +357,12 @@ class ModelConfig:
                           "prefixes included: about one more forward pass of compute for a fraction of the memory "
                           "(SmolLM2, 8 rows of ~450 tokens: ~12 GB of activations otherwise). False keeps them all."},
     )
+    checkpoint_layers: float = field(
+        default=1.0,
+        metadata={"help": "With activation_checkpointing: the share of decoder layers that recompute their activations "
+                          "(spread evenly over the stack); the others keep theirs. 1.0: every layer (least memory), "
+                          "0.5: every other layer (half the recompute for about half the activations' memory)."},
+    )
     logprob_chunk: int = field(
         default=512,
         metadata={"help": "Token log-probabilities for PPO (old log-probs, reference and update passes) are taken from "
@@ -384,6 +390,10 @@ class ModelConfig:
         if isinstance(self.logprob_chunk, bool) or not isinstance(self.logprob_chunk, int) or self.logprob_chunk < 0:
             raise ConfigError(f"logprob_chunk must be a whole number >= 0 (0: the whole batch's logits), "
                               f"got {self.logprob_chunk!r}")
+        if isinstance(self.checkpoint_layers, bool) or not isinstance(self.checkpoint_layers, (int, float)) \
+                or not 0 < self.checkpoint_layers <= 1:
+            raise ConfigError(f"checkpoint_layers must be in (0, 1] (the share of decoder layers checkpointed; "
+                              f"activation_checkpointing=false keeps every layer's activations), got {self.checkpoint_layers!r}")
         if self.decoding not in DECODING_CONSTRAINTS:
             raise ConfigError(f"decoding {self.decoding!r}: choose one of {', '.join(DECODING_CONSTRAINTS)}")
         if self.decoding == "off" and self.grammar:

@@ -75,6 +75,14 @@ def decoder_layers(lm) -> list:
     return list(decoder.layers)
 
 
+def spread(layers: list, share: float) -> list:
+    """``round(share * len(layers))`` of ``layers`` (at least one), spread evenly over the stack:
+    0.5 of 30 gives every other layer, 1.0 all of them."""
+    n = len(layers)
+    k = min(n, max(1, round(share * n)))
+    return [layers[(i * n) // k] for i in range(k)]
+
+
 @contextlib.contextmanager
 def checkpointed_layers(layers):
     """Inside: each layer's forward pass, where gradients are on, runs under non-reentrant

@@ -269,11 +269,12 @@ class RoleModel(nn.Module):
         if not (getattr(self.cfg, "activation_checkpointing", False) and torch.is_grad_enabled()) or self._checkpointing:
             yield
             return
-        from omtr.model.checkpointing import checkpointed_layers, decoder_layers
+        from omtr.model.checkpointing import checkpointed_layers, decoder_layers, spread
 
         self._checkpointing = True
         try:
-            with checkpointed_layers(decoder_layers(self._active_lm())):
+            layers = decoder_layers(self._active_lm())
+            with checkpointed_layers(spread(layers, getattr(self.cfg, "checkpoint_layers", 1.0))):
                 yield
         finally:
             self._checkpointing = False

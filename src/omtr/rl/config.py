@@ -137,6 +137,9 @@ class TrainConfig:
     activation_checkpointing: bool | None = _f(None, "Recompute the decoder layers' activations in the backward pass of "
                                                      "the update instead of keeping them (None: the model's; see "
                                                      "ModelConfig.activation_checkpointing, on by default). Saved with the model.")
+    checkpoint_layers: float | None = _f(None, "With activation checkpointing, the share of decoder layers that "
+                                               "recompute their activations (None: the model's; see "
+                                               "ModelConfig.checkpoint_layers). Saved with the model.")
     logprob_chunk: int | None = _f(None, "Completion positions whose vocabulary-wide logits exist at once in the old "
                                          "log-probs, reference and PPO passes (None: the model's; see "
                                          "ModelConfig.logprob_chunk, 512 by default); 0 computes the whole micro-batch's "
@@ -214,6 +217,10 @@ class TrainConfig:
             from omtr.config import ModelConfig
 
             ModelConfig(logprob_chunk=self.logprob_chunk)  # the same check as the model's
+        if self.checkpoint_layers is not None:
+            from omtr.config import ModelConfig
+
+            ModelConfig(checkpoint_layers=self.checkpoint_layers)
         if self.prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb} "
                               "(0 keeps nothing; --set prefix_cache=false turns the cache off)")

@@ -135,6 +135,8 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["logprob_chunk"] = cfg.logprob_chunk
         if cfg.activation_checkpointing is not None:
             changes["activation_checkpointing"] = cfg.activation_checkpointing
+        if cfg.checkpoint_layers is not None:
+            changes["checkpoint_layers"] = cfg.checkpoint_layers
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
