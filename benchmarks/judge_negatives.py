@@ -19,12 +19,26 @@ spec's meaning, with no reference anywhere in its training data.
    * mutants of test-split references of every generator family and PlanBench family (spelled as the
      English spells them): AUC between the reference and its mutants.
 
+``--loose N`` adds the third kind of training item, also annotation-free: N answers of each
+training task decoded under the statement's names rule alone (``statement_facts``,
+``statement_predicates`` and ``init_invariants`` off for that rollout: the first greedy, the rest
+sampled at the training temperature), labelled by the planner and the supported reward like the
+others. These are the Actor's own solved-but-unsupported answers that the full rules never let it
+write. ``--pool-tasks FILE --pool-dirs DIR...`` rescores the solved first-step answers of
+evaluations already run (``benchmarks/statement_rules.py``'s folders: scoped decoding and the names
+rule alone on the same held-out tasks) with this Judge before and after, faithful against
+solved-but-unfaithful (the checker's grade, which only this measurement reads), pooled and within
+task. ``--save-model DIR`` keeps the trained model.
+
 The JSON holds the settings, each phase's seconds and every score.
 
 Usage::
 
     python benchmarks/judge_negatives.py --out docs/results/judge-negatives-2026-12-05.json
     python benchmarks/judge_negatives.py --model micro --train-per-family 1 --epochs 1 --out /tmp/j.json  # smoke
+    python benchmarks/judge_negatives.py --negatives 0 --loose 2 --pool '' --heldout-per-family 0 \
+        --pool-tasks out/statement-rules/tasks-....jsonl --pool-dirs out/statement-rules/scoped-b1-... \
+        out/statement-rules/names-b1-... --out judge-loose.json
 """
 
 from __future__ import annotations
@@ -96,6 +110,61 @@ def pool_items(path: str) -> list[tuple[str, str, list, bool]]:
     return out
 
 
+def evaluation_items(tasks_file: str, dirs: list[str]) -> list[tuple[str, str, list, bool]]:
+    """(task id, set, Judge prompt, faithful) for every solved first-step (Actor) answer in these
+    evaluations' traces, the prompt built as the episode loop builds it (the task's given domain,
+    its English, the problem)."""
+    from types import SimpleNamespace
+
+    from omtr.inference import prompts as P
+
+    tasks = {}
+    for line in Path(tasks_file).read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            tasks[str(r["id"])] = r
+    out = []
+    for d in dirs:
+        for line in (Path(d) / "traces.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            steps = r.get("steps") or []
+            if r.get("kind", "planning") != "planning" or not steps or not (steps[0].get("verdict") or {}).get("success"):
+                continue
+            t = tasks[str(r["id"])]
+            view = SimpleNamespace(nl=t["nl"], domain=t.get("domain"))
+            given = bool(t.get("domain"))
+            s0 = steps[0]
+            spec = P.spec_text(s0.get("domain"), s0.get("problem"), s0.get("text") or "", given=given)
+            family = t.get("family") or "?"
+            where = ("generated/" if str(r["id"]).startswith("gen-") else "planbench/") + family
+            out.append((str(r["id"]), where, P.judge_messages(view, spec), bool((r.get("faithful") or {}).get("faithful"))))
+    return out
+
+
+def loose_episodes(tr, tasks, env, n: int, max_new_tokens: int, seed: int):
+    """``n`` answers of each task under the statement's names rule alone (the first greedy, the rest
+    sampled at the trainer's temperature): the actor's decoder flags are lowered for this rollout
+    only and put back after."""
+    from omtr.inference.episode import run_episodes
+    from omtr.policy import Sampling
+
+    actor = tr.models["actor"]
+    kept = actor.cfg
+    actor.cfg = kept.replace(statement_facts=False, statement_predicates=False, init_invariants=False)
+    try:
+        policy, _ = tr._rollout_policy()
+        eps = run_episodes(tasks, policy, env, budget=1, judge=False, batch_size=8,
+                           sampling=Sampling(greedy=True, max_new_tokens=max_new_tokens, seed=seed))
+        if n > 1:
+            many = [t for t in tasks for _ in range(n - 1)]
+            eps += run_episodes(many, policy, env, budget=1, judge=False, batch_size=8,
+                                sampling=Sampling(greedy=False, temperature=tr.cfg.temperature, top_p=tr.cfg.top_p,
+                                                  max_new_tokens=max_new_tokens, seed=seed + 1))
+    finally:
+        actor.cfg = kept
+    return eps
+
+
 def mutant_items(per_family: int, k: int, seed: int) -> list[tuple[str, str, list, bool]]:
     """(task id, set, Judge prompt, is the reference) for test-split references and their mutants."""
     from omtr.evaluation.spelling import spelled_problem
@@ -151,6 +220,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: the profile's)")
     ap.add_argument("--heldout-per-family", type=int, default=3, help="test references per family for the mutant AUC")
     ap.add_argument("--pool", default=POOL, help="samples graded F/D for the held-out AUC ('' to skip)")
+    ap.add_argument("--loose", type=int, default=0,
+                    help="answers per training task under the names rule alone, as more Judge items (module doc)")
+    ap.add_argument("--pool-tasks", help="the task file of the --pool-dirs evaluations")
+    ap.add_argument("--pool-dirs", nargs="*", default=[], help="evaluations whose solved answers are rescored")
+    ap.add_argument("--save-model", help="save the model with the trained Judge here")
     ap.add_argument("--max-new-tokens", type=int, default=448)
     ap.add_argument("--seed", type=int, default=4101)
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -187,9 +261,13 @@ def main() -> None:
     base = train_profile(args.model)
     cfg = base.replace(judge_negatives=args.negatives, samples_per_task=2, episodes_per_batch=2 * len(train),
                        **({"lr": args.lr} if args.lr else {}))
-    evals = {"mutants": mutant_items(args.heldout_per_family, args.negatives, args.seed)}
+    evals = {}
+    if args.heldout_per_family:
+        evals["mutants"] = mutant_items(args.heldout_per_family, max(1, args.negatives), args.seed)
     if args.pool:
         evals["pool"] = pool_items(args.pool)
+    if args.pool_dirs:
+        evals["evaluations"] = evaluation_items(args.pool_tasks, args.pool_dirs)
     result["eval_items"] = {k: [[it[0], it[1], it[3]] for it in v] for k, v in evals.items()}
     with SolverPool(2, SolverConfig(time_limit_s=20)) as env:
         tr = Trainer(cfg, train, Path(args.out).with_suffix(".run"), env=env, quiet=True)
@@ -208,6 +286,15 @@ def main() -> None:
         labels = [j.label for j in judge_items]
         result["training_items"] = {"tasks": len(train), "solved": sum(e.success for e in eps),
                                     "positives": sum(labels), "negatives": len(labels) - sum(labels)}
+        if args.loose:
+            t = time.perf_counter()
+            leps = loose_episodes(tr, train, env, args.loose, args.max_new_tokens, args.seed)
+            _, loose_items = rewarded_items(leps, 0, cfg.replace(judge_negatives=0), tr.score, 0, judge_term=False)
+            result["seconds"]["loose_rollout"] = round(time.perf_counter() - t, 1)
+            ll = [j.label for j in loose_items]
+            result["training_items"]["loose"] = {"answers": len(leps), "solved": sum(e.success for e in leps),
+                                                 "positives": sum(ll), "negatives": len(ll) - sum(ll)}
+            judge_items += loose_items
         log.info("training items: %s", result["training_items"])
         save()
         t = time.perf_counter()
@@ -226,6 +313,8 @@ def main() -> None:
         t = time.perf_counter()
         result["after"] = {k: measure(judge, v, 8, args.bootstrap, args.seed) for k, v in evals.items()}
         result["seconds"]["measure_after"] = round(time.perf_counter() - t, 1)
+        if args.save_model:
+            judge.save(args.save_model)
         log.info("after: %s", {k: v["all"] for k, v in result["after"].items()})
     result["seconds"]["total"] = round(time.perf_counter() - t0, 1)
     save()

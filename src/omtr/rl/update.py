@@ -321,7 +321,7 @@ class UpdateMixin:
         self.backend.backward(loss, last=True)
         self.backend.step()
         self._forget_prefixes()
-        return float(loss)
+        return float(loss.detach())
 
 
 # ---------------------------------------------------------------------------------------- helpers
