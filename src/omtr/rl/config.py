@@ -213,14 +213,12 @@ class TrainConfig:
         if self.update_dtype not in UPDATE_DTYPES:
             raise ConfigError(f"update_dtype {self.update_dtype!r}: choose one of {', '.join(UPDATE_DTYPES)} "
                               "(e.g. --set update_dtype=fp32)")
-        if self.logprob_chunk is not None:
+        model_settings = {k: v for k, v in (("logprob_chunk", self.logprob_chunk),
+                                             ("checkpoint_layers", self.checkpoint_layers)) if v is not None}
+        if model_settings:
             from omtr.config import ModelConfig
 
-            ModelConfig(logprob_chunk=self.logprob_chunk)  # the same check as the model's
-        if self.checkpoint_layers is not None:
-            from omtr.config import ModelConfig
-
-            ModelConfig(checkpoint_layers=self.checkpoint_layers)
+            ModelConfig(**model_settings)  # the same checks as the model's
         if self.prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be 0 or more, got {self.prefix_cache_mb} "
                               "(0 keeps nothing; --set prefix_cache=false turns the cache off)")

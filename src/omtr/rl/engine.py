@@ -123,6 +123,9 @@ class DeepSpeedBackend:
                 "partitions parameters, so every forward pass is collective, and the ranks' rollouts generate "
                 "different numbers of tokens (generation would hang). Use ZeRO-1 or ZeRO-2, e.g. "
                 "--set deepspeed=configs/deepspeed/zero2_bf16.json")
+        # before anything of DeepSpeed's starts: init_distributed below, or initialize(), which makes
+        # its own torch backend when none exists yet
+        deepspeed_without_shm_op()
         if not torch.distributed.is_initialized():
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("LOCAL_RANK", "0")
@@ -138,7 +141,6 @@ class DeepSpeedBackend:
         ds_cfg.setdefault("train_micro_batch_size_per_gpu", 1)
         ds_cfg.pop("train_batch_size", None)
         optimizer = None
-        deepspeed_without_shm_op()  # initialize() makes its own torch backend when none exists yet
         if "optimizer" not in ds_cfg:
             optimizer = torch.optim.Adam(param_groups(mods, cfg.lr, cfg.value_lr, cfg.weight_decay),
                                          betas=tuple(cfg.adam_betas))
