@@ -28,7 +28,9 @@ write. ``--pool-tasks FILE --pool-dirs DIR...`` rescores the solved first-step a
 evaluations already run (``benchmarks/statement_rules.py``'s folders: scoped decoding and the names
 rule alone on the same held-out tasks) with this Judge before and after, faithful against
 solved-but-unfaithful (the checker's grade, which only this measurement reads), pooled and within
-task. ``--save-model DIR`` keeps the trained model.
+task. ``--save-model DIR`` keeps the trained model. ``--judge-checks off`` builds every Judge prompt as the
+paper does (task and spec only); by default they show the annotation-free checks against the spec
+(``ModelConfig.judge_checks``), as every door of omtr builds them.
 
 The JSON holds the settings, each phase's seconds and every score.
 
@@ -89,7 +91,7 @@ def auc_with_ci(pos_by_task: dict, neg_by_task: dict, n_boot: int, seed: int, wi
             "negatives": sum(len(x) for x in neg_by_task.values())}
 
 
-def pool_items(path: str) -> list[tuple[str, str, list, bool]]:
+def pool_items(path: str, checks: bool = True) -> list[tuple[str, str, list, bool]]:
     """(task id, set, Judge prompt, faithful) for every solved sample of the 2026-12-03 pool."""
     import sys
 
@@ -105,12 +107,13 @@ def pool_items(path: str) -> list[tuple[str, str, list, bool]]:
         view = views[r["id"]]
         for s in r["samples"]:
             if s["grade"] in ("F", "D"):
-                prompt = P.judge_messages(view, P.spec_text(view.domain, s["problem"], s["problem"], given=True))
+                prompt = P.judge_messages(view, P.spec_text(view.domain, s["problem"], s["problem"], given=True),
+                                          checks=checks, domain=view.domain, problem=s["problem"])
                 out.append((r["id"], r["set"], prompt, s["grade"] == "F"))
     return out
 
 
-def evaluation_items(tasks_file: str, dirs: list[str]) -> list[tuple[str, str, list, bool]]:
+def evaluation_items(tasks_file: str, dirs: list[str], checks: bool = True) -> list[tuple[str, str, list, bool]]:
     """(task id, set, Judge prompt, faithful) for every solved first-step (Actor) answer in these
     evaluations' traces, the prompt built as the episode loop builds it (the task's given domain,
     its English, the problem)."""
@@ -137,7 +140,8 @@ def evaluation_items(tasks_file: str, dirs: list[str]) -> list[tuple[str, str, l
             spec = P.spec_text(s0.get("domain"), s0.get("problem"), s0.get("text") or "", given=given)
             family = t.get("family") or "?"
             where = ("generated/" if str(r["id"]).startswith("gen-") else "planbench/") + family
-            out.append((str(r["id"]), where, P.judge_messages(view, spec), bool((r.get("faithful") or {}).get("faithful"))))
+            prompt = P.judge_messages(view, spec, checks=checks, domain=s0.get("domain"), problem=s0.get("problem"))
+            out.append((str(r["id"]), where, prompt, bool((r.get("faithful") or {}).get("faithful"))))
     return out
 
 
@@ -165,7 +169,7 @@ def loose_episodes(tr, tasks, env, n: int, max_new_tokens: int, seed: int):
     return eps
 
 
-def mutant_items(per_family: int, k: int, seed: int) -> list[tuple[str, str, list, bool]]:
+def mutant_items(per_family: int, k: int, seed: int, checks: bool = True) -> list[tuple[str, str, list, bool]]:
     """(task id, set, Judge prompt, is the reference) for test-split references and their mutants."""
     from omtr.evaluation.spelling import spelled_problem
     from omtr.inference import prompts as P
@@ -185,9 +189,11 @@ def mutant_items(per_family: int, k: int, seed: int) -> list[tuple[str, str, lis
     for where, t in tasks:
         view = t.with_given_domain().for_training()
         p = spelled_problem(t)
-        out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, p, p, given=True)), True))
+        out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, p, p, given=True), checks=checks,
+                                                  domain=view.domain, problem=p), True))
         for _, m in mutants(view.domain, p, random.Random(f"{seed}:{t.id}"), k=k):
-            out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, m, m, given=True)), False))
+            out.append((t.id, where, P.judge_messages(view, P.spec_text(view.domain, m, m, given=True), checks=checks,
+                                                      domain=view.domain, problem=m), False))
     return out
 
 
@@ -225,6 +231,9 @@ def main() -> None:
     ap.add_argument("--pool-tasks", help="the task file of the --pool-dirs evaluations")
     ap.add_argument("--pool-dirs", nargs="*", default=[], help="evaluations whose solved answers are rescored")
     ap.add_argument("--save-model", help="save the model with the trained Judge here")
+    ap.add_argument("--judge-checks", choices=("on", "off"), default="on",
+                    help="the Judge's prompts show the annotation-free checks (ModelConfig.judge_checks; off: the "
+                         "paper's (task, spec) prompt), in training and in every measurement")
     ap.add_argument("--max-new-tokens", type=int, default=448)
     ap.add_argument("--seed", type=int, default=4101)
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -246,6 +255,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     result: dict = {"settings": vars(args), "seconds": {}}
+    checks = args.judge_checks == "on"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -259,15 +269,15 @@ def main() -> None:
                           verify=False):
             train.append(dataclasses.replace(t.with_given_domain(), id="train-" + t.id).for_training())
     base = train_profile(args.model)
-    cfg = base.replace(judge_negatives=args.negatives, samples_per_task=2, episodes_per_batch=2 * len(train),
+    cfg = base.replace(judge_negatives=args.negatives, judge_checks=checks, samples_per_task=2, episodes_per_batch=2 * len(train),
                        **({"lr": args.lr} if args.lr else {}))
     evals = {}
     if args.heldout_per_family:
-        evals["mutants"] = mutant_items(args.heldout_per_family, max(1, args.negatives), args.seed)
+        evals["mutants"] = mutant_items(args.heldout_per_family, max(1, args.negatives), args.seed, checks)
     if args.pool:
-        evals["pool"] = pool_items(args.pool)
+        evals["pool"] = pool_items(args.pool, checks)
     if args.pool_dirs:
-        evals["evaluations"] = evaluation_items(args.pool_tasks, args.pool_dirs)
+        evals["evaluations"] = evaluation_items(args.pool_tasks, args.pool_dirs, checks)
     result["eval_items"] = {k: [[it[0], it[1], it[3]] for it in v] for k, v in evals.items()}
     with SolverPool(2, SolverConfig(time_limit_s=20)) as env:
         tr = Trainer(cfg, train, Path(args.out).with_suffix(".run"), env=env, quiet=True)
@@ -281,7 +291,7 @@ def main() -> None:
         policy, _ = tr._rollout_policy()
         eps = run_episodes(train, policy, env, budget=1, judge=False, batch_size=8,
                            sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed))
-        _, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False)
+        _, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False, judge_checks=checks)
         result["seconds"]["rollout"] = round(time.perf_counter() - t, 1)
         labels = [j.label for j in judge_items]
         result["training_items"] = {"tasks": len(train), "solved": sum(e.success for e in eps),
@@ -289,7 +299,8 @@ def main() -> None:
         if args.loose:
             t = time.perf_counter()
             leps = loose_episodes(tr, train, env, args.loose, args.max_new_tokens, args.seed)
-            _, loose_items = rewarded_items(leps, 0, cfg.replace(judge_negatives=0), tr.score, 0, judge_term=False)
+            _, loose_items = rewarded_items(leps, 0, cfg.replace(judge_negatives=0), tr.score, 0, judge_term=False,
+                                            judge_checks=checks)
             result["seconds"]["loose_rollout"] = round(time.perf_counter() - t, 1)
             ll = [j.label for j in loose_items]
             result["training_items"]["loose"] = {"answers": len(leps), "solved": sum(e.success for e in leps),

@@ -36,8 +36,12 @@ def test_evaluation_items_rebuild_the_judges_prompt_of_each_solved_first_step(tm
     assert [(i[0], i[1], i[3]) for i in items] == [("bw-1", "planbench/blocksworld", True),
                                                     ("gen-g-1", "generated/gripper", True),
                                                     ("bw-1", "planbench/blocksworld", False)]
-    want = P.judge_messages(SimpleNamespace(nl="Block a is clear.", domain=DOMAIN), problem)
+    view = SimpleNamespace(nl="Block a is clear.", domain=DOMAIN)
+    want = P.judge_messages(view, problem, checks=True, domain=DOMAIN, problem=problem)
     assert items[0][2] == want and "Block a is clear." in want[1]["content"] and problem in want[1]["content"]
+    assert P.JUDGE_CHECKS in want[1]["content"]  # as the loop builds it for a model with judge_checks
+    plain = bench.evaluation_items(str(tasks), [str(tmp_path / "scoped")], checks=False)
+    assert plain[0][2] == P.judge_messages(view, problem)
 
 
 def test_loose_episodes_lower_the_statement_rules_for_that_rollout_only():

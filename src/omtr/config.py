@@ -337,6 +337,14 @@ class ModelConfig:
                           "that predicate; a clause whose words name none, or two alike, leaves it to the model. "
                           "False: the predicates stay the model's choice."},
     )
+    judge_checks: bool = field(
+        default=True,
+        metadata={"help": "The Judge's prompt also shows what the annotation-free checks find against the spec "
+                          "(a clause without its atom, an object the English never mentions, a broken mutex "
+                          "invariant: omtr.faithfulness.support.checks_before_planner), just before its question, "
+                          "so the Judge's head can learn to weigh them; every door (episode loop, evaluation, "
+                          "training, serving) builds the same prompt. False: the paper's (task, spec) prompt."},
+    )
     init_invariants: bool = field(
         default=True,
         metadata={"help": "Under scoped decoding with a given domain, an :init atom that would break one of the "

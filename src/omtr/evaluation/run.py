@@ -109,7 +109,10 @@ def score_steps(policy, episode) -> None:
     todo = [s for s in episode.steps if s.judge_score is None]
     if not todo:
         return
-    scores = policy.judge([P.judge_messages(episode.task, P.spec_text(s.domain, s.problem, s.text)) for s in todo])
+    checks = P.judge_checks_on(policy)
+    given = episode.mode == "domain-given"
+    scores = policy.judge([P.judge_messages(episode.task, P.spec_text(s.domain, s.problem, s.text, given=given),
+                                            checks=checks, domain=s.domain, problem=s.problem) for s in todo])
     for s, v in zip(todo, scores):
         s.judge_score = float(v)
 

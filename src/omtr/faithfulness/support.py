@@ -200,33 +200,28 @@ def plain_reason(nl: str, domain: str | None, problem: str | None) -> str | None
             f"({shown}" + (", ..." if len(missing) > 3 else "") + ")")
 
 
-def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
-            category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
-            judge_threshold: float | None = None, context: str = "") -> Support:
-    """The support verdict of one answer (module doc). ``solved``: the planner accepted the spec (a
-    VAL-checked plan); ``plan``: that plan; ``category``: the verdict's category when it failed;
-    ``domain_written``: the model wrote the domain (full mode; a given or library domain is not
-    checked for names). ``context``: more English that may mention objects, the description of a
-    library domain the task was matched to ("a robot with a left and a right gripper")."""
-    if not solved:
-        why = f"the planner did not accept the spec ({category})" if category else "the planner did not accept the spec"
-        return Support(UNSUPPORTED, (why,))
-    trivial: list[str] = []
-    against: list[str] = []
-    if not plan:
-        trivial.append("the plan is empty: the spec asks for nothing")
-    prob = None
-    if problem:
-        from omtr.pddl.model import SpecError, parse_problem
+def _parsed(problem: str | None):
+    if not problem:
+        return None
+    from omtr.pddl.model import SpecError, parse_problem
 
-        try:
-            prob = parse_problem(problem)
-        except (SpecError, RecursionError):
-            prob = None
-    if prob is not None and plan and goal_holds(prob.init, prob.goal):
-        trivial.append("the goal already holds in the initial state")
-    if trivial:
-        return Support(TRIVIAL, tuple(trivial))
+    try:
+        return parse_problem(problem)
+    except (SpecError, RecursionError):
+        return None
+
+
+def spec_checks(nl: str, domain: str | None, problem: str | None, *, parsed=None, domain_written: bool = True,
+                context: str = "") -> tuple[str, ...]:
+    """The annotation-free signals against a spec that need no planner (one sentence each, empty when
+    none applies): a mutex invariant the initial state breaks, objects the English never mentions,
+    clauses and atoms that do not pair (or, in free English, a clause the plain reader is sure of
+    without its atom), and a written domain whose vocabulary carries object names. ``parsed``: the
+    problem already parsed (else it is parsed here; an unreadable problem gets only the domain's
+    check). :func:`support` adds the planner's verdict and the plan to these; the Judge's prompt
+    shows them (:func:`omtr.inference.prompts.judge_messages`)."""
+    prob = parsed if parsed is not None else _parsed(problem)
+    against: list[str] = []
     if prob is not None and domain:
         from omtr.faithfulness.signals import domain_invariants, violated_groups
 
@@ -256,6 +251,42 @@ def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, p
             if named:
                 against.append(f"the domain's vocabulary carries object names: {', '.join(named[:4])} "
                                "(a predicate or action is about every object, not one)")
+    return tuple(against)
+
+
+def checks_before_planner(nl: str, domain: str | None, problem: str | None, *,
+                          domain_written: bool = True) -> tuple[str, ...]:
+    """What the Judge's prompt shows of the annotation-free checks (one sentence each, empty when
+    none speaks against the spec): :func:`spec_checks`, and before them a goal that already holds in
+    the initial state, or a problem that could not be read. Nothing here asks the planner: the Judge
+    scores a spec while the planner runs."""
+    prob = _parsed(problem)
+    if prob is None:
+        return ("the answer holds no readable PDDL problem",)
+    first = ("the goal already holds in the initial state",) if goal_holds(prob.init, prob.goal) else ()
+    return first + spec_checks(nl, domain, problem, parsed=prob, domain_written=domain_written)
+
+
+def support(nl: str, domain: str | None, problem: str | None, *, solved: bool, plan: Sequence[str] | None = None,
+            category: str | None = None, domain_written: bool = True, judge_score: float | None = None,
+            judge_threshold: float | None = None, context: str = "") -> Support:
+    """The support verdict of one answer (module doc). ``solved``: the planner accepted the spec (a
+    VAL-checked plan); ``plan``: that plan; ``category``: the verdict's category when it failed;
+    ``domain_written``: the model wrote the domain (full mode; a given or library domain is not
+    checked for names). ``context``: more English that may mention objects, the description of a
+    library domain the task was matched to ("a robot with a left and a right gripper")."""
+    if not solved:
+        why = f"the planner did not accept the spec ({category})" if category else "the planner did not accept the spec"
+        return Support(UNSUPPORTED, (why,))
+    trivial: list[str] = []
+    if not plan:
+        trivial.append("the plan is empty: the spec asks for nothing")
+    prob = _parsed(problem)
+    if prob is not None and plan and goal_holds(prob.init, prob.goal):
+        trivial.append("the goal already holds in the initial state")
+    if trivial:
+        return Support(TRIVIAL, tuple(trivial))
+    against = list(spec_checks(nl, domain, problem, parsed=prob, domain_written=domain_written, context=context))
     if judge_threshold is not None and judge_score is not None and judge_score < judge_threshold:
         against.append(f"the Judge's score {judge_score:.2f} is below {judge_threshold:.2f}")
     if against:
@@ -281,5 +312,5 @@ def _read_plain(nl: str) -> bool:
     return r.layout == "plain" and bool(r.init or r.goal)
 
 
-__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "english_words", "goal_holds", "grounding_reason", "plain_reason",
-           "mentioned", "support", "unmentioned_objects"]
+__all__ = ["SUPPORTED", "SUPPORT_VALUES", "Support", "TRIVIAL", "UNSUPPORTED", "checks_before_planner", "english_words", "goal_holds", "grounding_reason", "plain_reason",
+           "mentioned", "spec_checks", "support", "unmentioned_objects"]

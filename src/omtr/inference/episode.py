@@ -322,8 +322,10 @@ class _Runner:
             self.inflight[fut] = ([i for i, _ in to_solve], [s for _, s in to_solve], time.perf_counter())
         if role == "actor" and self.use_judge:  # runs while the environment plans
             t = time.perf_counter()
+            checks = P.judge_checks_on(self.policy)
             scores = self.policy.judge([
-                P.judge_messages(self.episodes[i].task, P.spec_text(s.domain, s.problem, s.text, given=given))
+                P.judge_messages(self.episodes[i].task, P.spec_text(s.domain, s.problem, s.text, given=given),
+                                 checks=checks, domain=s.domain, problem=s.problem)
                 for i, s in zip(batch, steps)
             ])
             judge_ms = (time.perf_counter() - t) * 1000

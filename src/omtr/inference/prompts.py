@@ -338,19 +338,48 @@ def actor_messages(task: TaskLike) -> Messages:
     ]
 
 
-def judge_messages(task: TaskLike, spec: str) -> Messages:
+JUDGE_CHECKS = "Checks of this PDDL against the task's English (made without the planner or any reference):"
+
+
+def judge_checks(task: TaskLike, domain: str | None, problem: str | None) -> str:
+    """The checks section of the Judge's prompt: :func:`omtr.faithfulness.support.checks_before_planner`
+    of this spec (the task's given domain where it has one), one line each, or "none against it"."""
+    from omtr.faithfulness.support import checks_before_planner
+
+    given = given_domain(task)
+    found = checks_before_planner(task.nl, given if given is not None else domain, problem,
+                                  domain_written=given is None)
+    if not found:
+        return f"{JUDGE_CHECKS} none against it."
+    return JUDGE_CHECKS + "".join(f"\n- {c}" for c in found)
+
+
+def judge_checks_on(policy) -> bool:
+    """Whether a policy's Judge asks with the checks section: its model config's ``judge_checks``
+    (omtr's role model; False for anything without one, such as a baseline's LM)."""
+    return bool(getattr(getattr(policy, "cfg", None), "judge_checks", False))
+
+
+def judge_messages(task: TaskLike, spec: str, *, checks: bool = False, domain: str | None = None,
+                   problem: str | None = None) -> Messages:
     """Task + spec -> the Judge's score (read by a scalar head; nothing is generated). With a given
-    domain the Judge reads the task, the domain and the problem (``spec``)."""
-    domain = given_domain(task)
-    if domain is not None:
+    domain the Judge reads the task, the domain and the problem (``spec``). ``checks``: the prompt also
+    shows what the annotation-free checks find against the spec (:func:`judge_checks` of ``domain``
+    and ``problem``, the spec's parsed blocks), just before the question: the signals that see a
+    solved-but-unfaithful spec (docs/model.md) as the Judge's own input, so its head can learn to weigh
+    them. Every door of omtr asks with ``checks=True`` (``judge_checks`` in the model's config); without
+    it the prompt is the paper's (task, spec)."""
+    domain_given = given_domain(task)
+    tail = f"\n\n{judge_checks(task, domain, problem)}" if checks else ""
+    if domain_given is not None:
         return [
             {"role": "system", "content": SYSTEM_JUDGE},
-            {"role": "user", "content": f"{GIVEN_HEAD}{domain.strip()}\n\nTask:\n{task.nl}\n\nPDDL problem:\n{spec}\n\n"
-                                        "Will the planner accept this PDDL?"},
+            {"role": "user", "content": f"{GIVEN_HEAD}{domain_given.strip()}\n\nTask:\n{task.nl}\n\nPDDL problem:\n{spec}"
+                                        f"{tail}\n\nWill the planner accept this PDDL?"},
         ]
     return [
         {"role": "system", "content": SYSTEM_JUDGE},
-        {"role": "user", "content": f"Task:\n{task.nl}\n\nPDDL:\n{spec}\n\nWill the planner accept this PDDL?"},
+        {"role": "user", "content": f"Task:\n{task.nl}\n\nPDDL:\n{spec}{tail}\n\nWill the planner accept this PDDL?"},
     ]
 
 

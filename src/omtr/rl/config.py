@@ -140,6 +140,8 @@ class TrainConfig:
     checkpoint_layers: float | None = _f(None, "With activation checkpointing, the share of decoder layers that "
                                                "recompute their activations (None: the model's; see "
                                                "ModelConfig.checkpoint_layers). Saved with the model.")
+    judge_checks: bool | None = _f(None, "The Judge's prompt shows the annotation-free checks against the spec (None: the "
+                                         "model's; see ModelConfig.judge_checks, on by default). Saved with the model.")
     logprob_chunk: int | None = _f(None, "Completion positions whose vocabulary-wide logits exist at once in the old "
                                          "log-probs, reference and PPO passes (None: the model's; see "
                                          "ModelConfig.logprob_chunk, 512 by default); 0 computes the whole micro-batch's "

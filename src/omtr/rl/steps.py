@@ -80,11 +80,12 @@ def step_scores(score: Callable, episodes: list[Episode], steps: list[tuple[int,
 
 
 def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score: Callable, update: int, *,
-                   judge_term: bool | None = None) -> tuple[list[StepItem], list[JudgeItem]]:
+                   judge_term: bool | None = None, judge_checks: bool = False) -> tuple[list[StepItem], list[JudgeItem]]:
     """The episodes' steps with their rewards (``R_A`` with ``s_J`` when ``judge_term``, default
     ``use_judge``), numbered from ``first``, grouped by (``update``, task position); and the Judge's
     labelled Actor specs. ``score`` is the outcome score. A verdict decided by a limit scores 0
-    (``limited_reward=zero``, the paper) or nothing (``skip``)."""
+    (``limited_reward=zero``, the paper) or nothing (``skip``). ``judge_checks``: the Judge's prompts
+    show the annotation-free checks (the Judge model's ``judge_checks``, as every door asks)."""
     if judge_term is None:
         judge_term = cfg.use_judge
     steps = [(n, s) for n, ep in enumerate(episodes) for s in ep.steps]
@@ -111,14 +112,16 @@ def rewarded_items(episodes: list[Episode], first: int, cfg: TrainConfig, score:
                     label = (s.verdict.success if cfg.judge_target == "verdict"
                              else bool(s.verdict.success and (score_of[(n, 0)] or 0.0) >= 1.0))
                     judge_items.append(JudgeItem(
-                        P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given)), label))
+                        P.judge_messages(ep.task, P.spec_text(s.domain, s.problem, s.text, given=given),
+                                         checks=judge_checks, domain=s.domain, problem=s.problem), label))
                     if label and cfg.judge_negatives and s.domain and s.problem:
                         # the same spec with one edit that makes it say what the English does not
                         rng = random.Random(f"{cfg.seed}:{update}:{first + n}")
                         for _, wrong in mutants(s.domain, s.problem, rng, k=cfg.judge_negatives):
                             text = s.text.replace(s.problem, wrong) if s.problem in s.text else wrong
                             judge_items.append(JudgeItem(
-                                P.judge_messages(ep.task, P.spec_text(s.domain, wrong, text, given=given)), False))
+                                P.judge_messages(ep.task, P.spec_text(s.domain, wrong, text, given=given),
+                                                 checks=judge_checks, domain=s.domain, problem=wrong), False))
             else:
                 spec = P.spec_text(prev.domain, prev.problem, prev.text, given=given)
                 cat = prev.verdict.category.value if prev.verdict.category else None

@@ -58,6 +58,7 @@ import torch
 from torch import nn
 
 from omtr.config import ROLE_NAMES, ConfigError, EpisodeConfig, SolverConfig
+from omtr.inference import prompts as P
 from omtr.inference.episode import Episode, run_episodes
 from omtr.policy import Sampling
 from omtr.rl import losses as L
@@ -137,6 +138,8 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["activation_checkpointing"] = cfg.activation_checkpointing
         if cfg.checkpoint_layers is not None:
             changes["checkpoint_layers"] = cfg.checkpoint_layers
+        if cfg.judge_checks is not None:
+            changes["judge_checks"] = cfg.judge_checks
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
@@ -357,7 +360,8 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
                 eps = run_episodes(tasks, policy, env, config=EpisodeConfig(max_repairs=cfg.max_repairs),
                                    budget=cfg.budget, sampling=sampling, batch_size=cfg.rollout_batch_size,
                                    judge=cfg.use_judge) if tasks else []
-                its, jits = rewarded_items(eps, first + len(episodes), cfg, self.score, self.update, judge_term=gate_open)
+                its, jits = rewarded_items(eps, first + len(episodes), cfg, self.score, self.update, judge_term=gate_open,
+                                           judge_checks=P.judge_checks_on(self.models["judge"]))
                 episodes += eps
                 items += its
                 judge_items += jits
