@@ -30,7 +30,9 @@ rule alone on the same held-out tasks) with this Judge before and after, faithfu
 solved-but-unfaithful (the checker's grade, which only this measurement reads), pooled and within
 task. ``--save-model DIR`` keeps the trained model. ``--judge-checks off`` builds every Judge prompt as the
 paper does (task and spec only); by default they show the annotation-free checks against the spec
-(``ModelConfig.judge_checks``), as every door of omtr builds them.
+(``ModelConfig.judge_checks``), as every door of omtr builds them. ``--save-items FILE`` keeps the
+training items (each Judge prompt and its label) and ``--items FILE`` trains on them without a rollout;
+``--measure-epochs`` measures after every epoch.
 
 The JSON holds the settings, each phase's seconds and every score.
 
@@ -231,6 +233,9 @@ def main() -> None:
     ap.add_argument("--pool-tasks", help="the task file of the --pool-dirs evaluations")
     ap.add_argument("--pool-dirs", nargs="*", default=[], help="evaluations whose solved answers are rescored")
     ap.add_argument("--save-model", help="save the model with the trained Judge here")
+    ap.add_argument("--save-items", help="write the training items (Judge prompt, label) as JSON lines here")
+    ap.add_argument("--items", help="train on the items an earlier run saved (--save-items) instead of rolling out")
+    ap.add_argument("--measure-epochs", action="store_true", help="measure after every epoch, not only the last")
     ap.add_argument("--judge-checks", choices=("on", "off"), default="on",
                     help="the Judge's prompts show the annotation-free checks (ModelConfig.judge_checks; off: the "
                          "paper's (task, spec) prompt), in training and in every measurement")
@@ -287,25 +292,37 @@ def main() -> None:
         result["seconds"]["measure_before"] = round(time.perf_counter() - t, 1)
         log.info("before: %s", {k: v["all"] for k, v in result["before"].items()})
         save()
-        t = time.perf_counter()
-        policy, _ = tr._rollout_policy()
-        eps = run_episodes(train, policy, env, budget=1, judge=False, batch_size=8,
-                           sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed))
-        _, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False, judge_checks=checks)
-        result["seconds"]["rollout"] = round(time.perf_counter() - t, 1)
-        labels = [j.label for j in judge_items]
-        result["training_items"] = {"tasks": len(train), "solved": sum(e.success for e in eps),
-                                    "positives": sum(labels), "negatives": len(labels) - sum(labels)}
-        if args.loose:
+        if args.items:  # the items of an earlier run (--save-items): no rollout
+            from omtr.rl.steps import JudgeItem
+
+            rows = [json.loads(line) for line in Path(args.items).read_text().splitlines() if line.strip()]
+            judge_items = [JudgeItem(r["prompt"], bool(r["label"])) for r in rows]
+            labels = [j.label for j in judge_items]
+            result["training_items"] = {"from": args.items, "positives": sum(labels),
+                                        "negatives": len(labels) - sum(labels)}
+        else:
             t = time.perf_counter()
-            leps = loose_episodes(tr, train, env, args.loose, args.max_new_tokens, args.seed)
-            _, loose_items = rewarded_items(leps, 0, cfg.replace(judge_negatives=0), tr.score, 0, judge_term=False,
-                                            judge_checks=checks)
-            result["seconds"]["loose_rollout"] = round(time.perf_counter() - t, 1)
-            ll = [j.label for j in loose_items]
-            result["training_items"]["loose"] = {"answers": len(leps), "solved": sum(e.success for e in leps),
-                                                 "positives": sum(ll), "negatives": len(ll) - sum(ll)}
-            judge_items += loose_items
+            policy, _ = tr._rollout_policy()
+            eps = run_episodes(train, policy, env, budget=1, judge=False, batch_size=8,
+                               sampling=Sampling(greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed))
+            _, judge_items = rewarded_items(eps, 0, cfg, tr.score, 0, judge_term=False, judge_checks=checks)
+            result["seconds"]["rollout"] = round(time.perf_counter() - t, 1)
+            labels = [j.label for j in judge_items]
+            result["training_items"] = {"tasks": len(train), "solved": sum(e.success for e in eps),
+                                        "positives": sum(labels), "negatives": len(labels) - sum(labels)}
+            if args.loose:
+                t = time.perf_counter()
+                leps = loose_episodes(tr, train, env, args.loose, args.max_new_tokens, args.seed)
+                _, loose_items = rewarded_items(leps, 0, cfg.replace(judge_negatives=0), tr.score, 0, judge_term=False,
+                                                judge_checks=checks)
+                result["seconds"]["loose_rollout"] = round(time.perf_counter() - t, 1)
+                ll = [j.label for j in loose_items]
+                result["training_items"]["loose"] = {"answers": len(leps), "solved": sum(e.success for e in leps),
+                                                     "positives": sum(ll), "negatives": len(ll) - sum(ll)}
+                judge_items += loose_items
+            if args.save_items:
+                Path(args.save_items).write_text("".join(json.dumps({"prompt": j.prompt, "label": j.label}) + "\n"
+                                                         for j in judge_items))
         log.info("training items: %s", result["training_items"])
         save()
         t = time.perf_counter()
@@ -318,6 +335,12 @@ def main() -> None:
                 chunk = [judge_items[j] for j in order[i:i + args.batch]]
                 losses.append(round(tr.judge_step([c.prompt for c in chunk], [c.label for c in chunk]), 5))
             log.info("epoch %d: mean L_J %.4f", epoch + 1, float(np.mean(losses[-(len(order) // args.batch or 1):])))
+            if args.measure_epochs and epoch + 1 < args.epochs:
+                got = {k: measure(judge, v, 8, args.bootstrap, args.seed) for k, v in evals.items()}
+                result.setdefault("epochs", []).append({k: {w: r for w, r in v.items() if w != "scores"}
+                                                        for k, v in got.items()})
+                log.info("after epoch %d: %s", epoch + 1, {k: v["all"] for k, v in got.items()})
+                save()
         result["losses"] = losses
         result["seconds"]["train"] = round(time.perf_counter() - t, 1)
         save()
