@@ -334,6 +334,8 @@ def main() -> None:
             for i in range(0, len(order), args.batch):
                 chunk = [judge_items[j] for j in order[i:i + args.batch]]
                 losses.append(round(tr.judge_step([c.prompt for c in chunk], [c.label for c in chunk]), 5))
+                log.info("epoch %d step %d: L_J %.4f, grad norm %.3g", epoch + 1, len(losses), losses[-1],
+                         getattr(tr, "last_grad_norm", float("nan")))
             log.info("epoch %d: mean L_J %.4f", epoch + 1, float(np.mean(losses[-(len(order) // args.batch or 1):])))
             if args.measure_epochs and epoch + 1 < args.epochs:
                 got = {k: measure(judge, v, 8, args.bootstrap, args.seed) for k, v in evals.items()}
@@ -342,6 +344,7 @@ def main() -> None:
                 log.info("after epoch %d: %s", epoch + 1, {k: v["all"] for k, v in got.items()})
                 save()
         result["losses"] = losses
+        result["skipped_steps"] = getattr(tr.backend, "skipped_steps", None)
         result["seconds"]["train"] = round(time.perf_counter() - t, 1)
         save()
         t = time.perf_counter()

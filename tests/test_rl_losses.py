@@ -139,3 +139,32 @@ def test_outcome_scores_and_role_rewards():
     assert actor_reward(None, 0.9, 0.3) is None  # a limited verdict: no reward, logged apart
     assert editor_reward(1.0, 2, 0.1) == approx(0.8)
     assert editor_reward(None, 2, 0.1) is None
+
+
+def test_a_non_finite_gradient_skips_the_step_and_keeps_the_parameters(caplog):
+    """A NaN gradient (an overflowed loss) would write NaN into the parameters and Adam's moments for
+    good; the torch backend skips that step, says so, and the next finite step trains as usual."""
+    import logging
+
+    import torch
+    from torch import nn
+
+    from omtr.rl.config import TrainConfig
+    from omtr.rl.engine import TorchBackend, TrainModules
+
+    torch.manual_seed(0)
+    mods = TrainModules({"actor": nn.Linear(3, 1)}, nn.Linear(3, 1))
+    backend = TorchBackend(mods, TrainConfig(lr=0.1))
+    before = [p.detach().clone() for p in mods.parameters()]
+    x = torch.ones(2, 3)
+    backend.zero_grad()
+    (mods.models["actor"](x).sum() * float("nan") + mods.value_head(x).sum()).backward()
+    with caplog.at_level(logging.WARNING, logger="omtr.rl.engine"):
+        norm = backend.step()
+    assert norm != norm and backend.skipped_steps == 1 and "optimizer step skipped" in caplog.text
+    assert all(torch.equal(a, b) for a, b in zip(before, mods.parameters()))
+    backend.zero_grad()
+    (mods.models["actor"](x).sum() + mods.value_head(x).sum()).backward()
+    assert backend.step() > 0 and backend.skipped_steps == 1
+    after = list(mods.parameters())
+    assert all(torch.isfinite(p).all() for p in after) and not torch.equal(before[0], after[0])

@@ -20,6 +20,8 @@ generate different numbers of tokens would wait on each other forever.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from torch import nn
 
 from omtr.config import ConfigError
 from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op
+
+log = logging.getLogger(__name__)
 
 
 class TrainModules(nn.Module):
@@ -58,6 +62,7 @@ class TorchBackend:
         self.coll = coll or Collective()
         self.optimizer = torch.optim.Adam(param_groups(mods, cfg.lr, cfg.value_lr, cfg.weight_decay),
                                           betas=tuple(cfg.adam_betas))
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite gradient
         if self.coll.active:  # every rank starts from rank 0's trainable parameters
             with torch.no_grad():
                 for _, p in mods.trainable_named():
@@ -79,6 +84,15 @@ class TorchBackend:
         main, value = ([p for p in g["params"] if p.grad is not None] for g in self.optimizer.param_groups[:2])
         norm = torch.nn.utils.clip_grad_norm_(main, limit) if main else torch.zeros(())
         self.last_value_grad_norm = float(torch.nn.utils.clip_grad_norm_(value, limit)) if value else None
+        if not (math.isfinite(float(norm)) and math.isfinite(self.last_value_grad_norm or 0.0)):
+            # A NaN or infinite gradient (a loss that overflowed) would write NaN into every parameter
+            # and Adam's moments for good: this step is skipped instead, as a loss scaler skips one.
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            log.warning("optimizer step skipped: the gradient norm is %s (policy) / %s (value head); the "
+                        "parameters keep their values (%d skipped so far; a lower lr or --set update_dtype=fp32 "
+                        "if this repeats)", float(norm), self.last_value_grad_norm, self.skipped_steps)
+            return float(norm)
         self.optimizer.step()
         return float(norm)
 

@@ -319,7 +319,7 @@ class UpdateMixin:
             s = m.judge_scores(prompts)
         loss, _, _ = L.judge_loss(s, torch.tensor([float(b) for b in labels]), self.cfg.band_weight)
         self.backend.backward(loss, last=True)
-        self.backend.step()
+        self.last_grad_norm = self.backend.step()
         self._forget_prefixes()
         return float(loss.detach())
 
