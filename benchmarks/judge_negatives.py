@@ -273,7 +273,9 @@ def main() -> None:
         for t in generate(fam, args.train_per_family, args.seed, split="train", min_objects=2, max_objects=4,
                           verify=False):
             train.append(dataclasses.replace(t.with_given_domain(), id="train-" + t.id).for_training())
-    base = train_profile(args.model)
+    # a model directory (a trained model, e.g. the main job's) trains and measures under the small profile
+    base = (train_profile("small").replace(model=args.model) if Path(args.model).is_dir()
+            else train_profile(args.model))
     cfg = base.replace(judge_negatives=args.negatives, judge_checks=checks, samples_per_task=2, episodes_per_batch=2 * len(train),
                        **({"lr": args.lr} if args.lr else {}))
     evals = {}

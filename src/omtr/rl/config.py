@@ -404,12 +404,15 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # Since issue 42: micro-batches of 4 (cut by completion length within a task's samples: less
     # padding, ~0.75 GB less at the peak than 8), the first minibatch's old log-probs from its own
     # forward pass, and the passes that train in bf16 where the CPU has it (update_dtype=auto).
+    # Since issue 41: one mutant of each supported Actor spec as a Judge negative (judge_negatives=1),
+    # its prompt showing the checks against it (ModelConfig.judge_checks): under the statement rules
+    # every answer is supported, and without them the Judge never sees a negative to learn from.
     "small": TrainConfig(profile="small", model="small", reward="supported", cycles=2, updates_per_cycle=2,
                          episodes_per_batch=16,
                          samples_per_task=8, advantage="group", whiten_advantages=False, dynamic_sampling=True,
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
-                         judge_gate_auc=0.6, judge_items_per_update=8, lr=2e-4, ppo_epochs=1, minibatches=2,
-                         kl_coef=0.0,
+                         judge_gate_auc=0.6, judge_items_per_update=8, judge_negatives=1, lr=2e-4, ppo_epochs=1,
+                         minibatches=2, kl_coef=0.0,
                          max_repairs=0, max_new_tokens=448, micro_batch_size=4, rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0, update_dtype="auto"),
