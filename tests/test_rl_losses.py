@@ -168,3 +168,4 @@ def test_a_non_finite_gradient_skips_the_step_and_keeps_the_parameters(caplog):
     assert backend.step() > 0 and backend.skipped_steps == 1
     after = list(mods.parameters())
     assert all(torch.isfinite(p).all() for p in after) and not torch.equal(before[0], after[0])
+

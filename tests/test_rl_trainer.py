@@ -242,3 +242,14 @@ def test_the_update_reports_progress_like_the_rollout(tmp_path, micro, monkeypat
     assert lines, [r.getMessage() for r in caplog.records]
     assert all("tokens/s" in x for x in lines)
     assert "(100%)" in lines[-1] and lines[-1].endswith("(finished)")
+
+
+def test_an_update_reports_the_skipped_optimizer_steps(tmp_path, micro):
+    """The count of optimizer steps skipped for a non-finite gradient reaches the update's metrics
+    (and with them MLflow): 0 on a healthy run, the backend's count otherwise."""
+    from omtr.rl.trainer import Trainer
+
+    tr = Trainer(_cfg(), TASKS, tmp_path / "run", env=NoPlanner(), quiet=True, model=micro)
+    tr.backend.skipped_steps = 2  # as if two steps had been skipped before this run
+    assert tr.run() == "finished"
+    assert tr.history[-1]["skipped_steps"] == 2.0 and tr.backend.skipped_steps == 2

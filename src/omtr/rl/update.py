@@ -266,6 +266,9 @@ class UpdateMixin:
         else:
             out = {k: sum(v) / len(v) for k, v in stats.items() if v}
             out["update_tokens"] = tokens_done
+        skipped = getattr(self.backend, "skipped_steps", None)
+        if skipped is not None:  # optimizer steps skipped so far for a non-finite gradient (torch backend)
+            out["skipped_steps"] = float(skipped)
         return out
 
     def _forget_prefixes(self) -> None:
