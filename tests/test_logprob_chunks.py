@@ -437,3 +437,63 @@ def test_bf16_autocast_stays_close_to_fp32(micro_mild, completions):
     assert diff.mean() < 0.01 and diff.max() < 0.05, (diff.mean().item(), diff.max().item())
     cos = torch.nn.functional.cosine_similarity(out["fp32"][1], out["bf16"][1], dim=0)
     assert cos > 0.99, cos.item()
+
+
+def test_adapter_inputs_are_not_cast_back_and_forth_under_the_autocast(micro_mild, completions):
+    """peft would cast a bf16 activation to the fp32 adapter's dtype, which the autocast casts back
+    for the adapter's product: skipped on a one-dtype model (omtr.model.precision), with the same
+    log-probabilities and gradients and fewer copies."""
+    import omtr.model.precision as P
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    m = micro_mild
+    adapters = [mod for mod in m.lm.modules() if isinstance(mod, BaseTunerLayer)]
+    assert adapters and all(mod.cast_input_dtype_enabled is False for mod in adapters), "set when the model is built"
+    _, comps = completions["off"]
+    _use(m, CHUNK)
+
+    class Copies(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default:
+                Copies.n += 1
+            return func(*args, **(kwargs or {}))
+
+    out = {}
+    try:
+        for enabled in (True, False):  # peft's casts, then none
+            for mod in adapters:
+                mod.cast_input_dtype_enabled = enabled
+            m.zero_grad(set_to_none=True)
+            Copies.n = 0
+            with Copies(), P.update_autocast("bf16", "cpu"):
+                lp, mask = m.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+            (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+            out[enabled] = (lp.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None},
+                            Copies.n)
+    finally:
+        for mod in adapters:
+            mod.cast_input_dtype_enabled = False
+    assert torch.equal(out[True][0], out[False][0])
+    assert out[True][1].keys() == out[False][1].keys()
+    for n, g in out[True][1].items():
+        assert torch.allclose(g, out[False][1][n], rtol=1e-5, atol=1e-7), n
+    assert out[False][2] < out[True][2], (out[False][2], out[True][2])
+
+
+def test_adapter_input_casts_stay_on_a_mixed_dtype_model():
+    """A bf16 backbone under fp32 adapters (a GPU's setup) needs peft's casts outside an autocast."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from omtr.model import build_model
+    from omtr.model.precision import skip_adapter_input_casts
+
+    m = build_model("micro")
+    adapters = [mod for mod in m.lm.modules() if isinstance(mod, BaseTunerLayer)]
+    for mod in adapters:
+        mod.cast_input_dtype_enabled = True
+        mod.base_layer.to(torch.bfloat16)
+    assert skip_adapter_input_casts(m.lm) == 0
+    assert all(mod.cast_input_dtype_enabled for mod in adapters)
