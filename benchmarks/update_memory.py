@@ -112,7 +112,7 @@ def _maxrss_mb() -> float:
 
 # path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
 # as it was when issue 42 was filed; `default` is the profile as it is now.
-_EARLIER = {"micro_batch_size": 8, "reuse_first_logprobs": False, "update_dtype": "fp32"}
+_EARLIER = {"micro_batch_size": 8, "reuse_first_logprobs": False, "update_dtype": "fp32", "prompt_prefix_once": False}
 PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),
@@ -121,7 +121,9 @@ PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": Fal
          # the default with fewer decoder layers recomputing their activations (ModelConfig.checkpoint_layers)
          "ckpt50": {"checkpoint_layers": 0.5},
          "ckpt25": {"checkpoint_layers": 0.25},
-         "nockpt": {"activation_checkpointing": False}}
+         "nockpt": {"activation_checkpointing": False},
+         # the default with each micro-batch computing its prompt prefix (before 2026-12-07)
+         "prefix_each": {"prompt_prefix_once": False}}
 
 
 def _trainer(args, tmp: str, settings: dict):
@@ -238,7 +240,7 @@ def child_phases(args) -> dict:
         tr.backend.zero_grad()
         values: dict = {}
         ppo = {"forward_s": 0.0, "backward_s": 0.0}
-        with sampler.phase("ppo_loss", report):
+        with sampler.phase("ppo_loss", report), tr._prefix_block():  # as one optimizer step's micro-batches
             chunks = _chunks([it for it in items if it.role == "actor"], cfg.micro_batch_size)
             for c in chunks:
                 t0 = time.perf_counter()
@@ -262,7 +264,7 @@ def child_phases(args) -> dict:
                                   for p in params]), f"{args.grads}.{args.path}.ppo.pt")
         if judge and cfg.use_judge:
             jm = tr.models["judge"]
-            with sampler.phase("judge_loss", report):
+            with sampler.phase("judge_loss", report), tr._prefix_block():
                 for c in _chunks(judge, cfg.micro_batch_size):
                     t0 = time.perf_counter()
                     with tr._precision():

@@ -3,6 +3,8 @@ equal the whole batch's vocabulary-wide path (``logprob_chunk=0``): values and t
 every trainable parameter, grammar off / plain / scoped, temperature 1 and 0.7, ragged completions,
 frozen and trainable (tied) backbone, the reference policy; and on SmolLM2 for a fixed batch."""
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -497,3 +499,79 @@ def test_adapter_input_casts_stay_on_a_mixed_dtype_model():
         mod.base_layer.to(torch.bfloat16)
     assert skip_adapter_input_casts(m.lm) == 0
     assert all(mod.cast_input_dtype_enabled for mod in adapters)
+
+
+# ------------------------------------------------------------------ one prompt prefix for several micro-batches
+
+def _decoder_calls(m):
+    """A list that grows by the batch size of every decoder forward pass."""
+    base = m.base_model
+    decoder = getattr(base, base.base_model_prefix)
+    calls = []
+    handle = decoder.register_forward_pre_hook(lambda mod, args, kw: calls.append(kw["inputs_embeds"].shape[0]),
+                                               with_kwargs=True)
+    return calls, handle
+
+
+@pytest.mark.parametrize("ckpt", [False, True])
+def test_prefix_block_computes_a_shared_prompt_once_with_the_same_values_and_gradients(micro, completions, ckpt):
+    """One task's samples in two micro-batches, each with its own backward pass: inside
+    ``prefix_block`` the prompt's pass runs once and its gradient is summed, as two passes give."""
+    _, comps = completions["scoped"]
+    _with_ckpt(micro, ckpt)
+    _use(micro, CHUNK)
+    parts = [[0, 1], [2, 0], [1]]  # the last a lone row
+    out = {}
+    try:
+        for block in (False, True):
+            micro.zero_grad(set_to_none=True)
+            calls, handle = _decoder_calls(micro)
+            lps = []
+            try:
+                with micro.prefix_block() if block else contextlib.nullcontext():
+                    for part in parts:
+                        lp, mask = micro.token_logprobs("actor", [GROUP[i] for i in part], [comps[i] for i in part],
+                                                        temperature=0.7, constraint="off")
+                        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+                        lps.append(lp.detach())
+            finally:
+                handle.remove()
+            out[block] = (lps, _grads(micro), calls)
+    finally:
+        _with_ckpt(micro, True)
+    assert out[False][2] == [1, 2, 1, 2, 1], "a prefix pass (batch of one) before each micro-batch's rows; a lone row whole"
+    assert out[True][2] == [1, 2, 2, 1], "the later micro-batches reuse the first one's prefix"
+    for a, b in zip(out[False][0], out[True][0]):
+        assert torch.allclose(a, b, atol=1e-5)
+    g0, g1 = out[False][1], out[True][1]
+    assert {n for n in g0 if g0[n] is not None} == {n for n in g1 if g1[n] is not None}
+    for n in g0:
+        if g0[n] is not None:
+            scale = g0[n].abs().max().item()
+            assert torch.allclose(g0[n], g1[n], atol=1e-6 + 1e-4 * scale), n
+    assert g1["role_embeddings"].abs().sum() > 0, "the prefix's gradient reached the role vectors"
+
+
+def test_prefix_block_without_gradients_and_when_left_by_an_error(micro, completions):
+    _, comps = completions["scoped"]
+    _use(micro, CHUNK)
+    with torch.no_grad():
+        plain = [micro.token_logprobs("actor", [GROUP[i] for i in part], [comps[i] for i in part],
+                                      temperature=0.7, constraint="off")[0] for part in ([0, 1], [2, 0])]
+        calls, handle = _decoder_calls(micro)
+        try:
+            with micro.prefix_block():
+                shared = [micro.token_logprobs("actor", [GROUP[i] for i in part], [comps[i] for i in part],
+                                               temperature=0.7, constraint="off")[0] for part in ([0, 1], [2, 0])]
+        finally:
+            handle.remove()
+    assert calls == [1, 2, 2], "one prefix pass, then the rows of each micro-batch"
+    for a, b in zip(plain, shared):
+        assert torch.allclose(a, b, atol=1e-5)
+    micro.zero_grad(set_to_none=True)
+    with pytest.raises(RuntimeError, match="stop"):
+        with micro.prefix_block():
+            micro.token_logprobs("actor", GROUP[:2], comps[:2], temperature=0.7, constraint="off")
+            raise RuntimeError("stop")
+    assert all(p.grad is None for p in micro.parameters()), "nothing ran backward"
+    assert micro._prefix_block is None

@@ -61,6 +61,10 @@ class ReplayCache(Cache):
             raise ValueError(f"{layers} layers but a past of {len(past)}")
         super().__init__(layers=[_ReplayLayer(past[i] if past else None, record=past is None) for i in range(layers)])
 
+    def layers_past(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The fixed per-layer ``past`` keys and values this cache was built over."""
+        return [layer.past for layer in self.layers]
+
     def own(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         missing = [i for i, layer in enumerate(self.layers) if layer.own is None]
         if missing:

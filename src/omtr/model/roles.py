@@ -89,6 +89,7 @@ class RoleModel(nn.Module):
         self.share_prefix = True
         self._prefixes: dict[tuple[int, bool], tuple[tuple[int, ...], int, object]] = {}
         self._checkpointing = False  # inside _checkpointed(): the decoder layers recompute in the backward pass
+        self._prefix_block: list | None = None  # inside prefix_block(): the prompt prefixes computed so far
         # transformers renamed past_key_values to cache (5.24); accept either
         self._cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.use_role(ROLE_NAMES[0])
@@ -210,6 +211,12 @@ class RoleModel(nn.Module):
         if max_prefix is not None:
             p = min(p, max_prefix)
         stored = None
+        block = self._prefix_block if (self._prefix_block is not None and not reuse and self.share_prefix) else None
+        if block is not None:  # a prefix an earlier micro-batch of the block computed (a lone row included)
+            cap = p if len(seqs) > 1 else min(len(seqs[0]) - 1, len(seqs[0]) if max_prefix is None else max_prefix)
+            found = self._block_prefix(block, seqs[0], cap, role_index) if cap >= MIN_SHARED_PREFIX else None
+            if found is not None:
+                stored, p = found
         if reuse and self.share_prefix:
             key = (role_index, self._in_reference)
             entry = self._prefixes.get(key)
@@ -242,6 +249,8 @@ class RoleModel(nn.Module):
                       position_ids=pos0, use_cache=True, logits_to_keep=1, **replay)
             stored = (ReplayCache(len(decoder_layers(lm)), past=replay[self._cache_kw].own()) if ckpt
                       else _cache_of(out0))
+            if block is not None:
+                stored = self._keep_block_prefix(block, tuple(seqs[0][:p]), role_index, out0, stored, ckpt)
             if reuse:
                 self._prefixes[(role_index, self._in_reference)] = (tuple(seqs[0][:p]), self._params_version(), stored)
         if reuse:
@@ -264,6 +273,78 @@ class RoleModel(nn.Module):
         out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
                  logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
         return out, attn, pos
+
+    @contextlib.contextmanager
+    def prefix_block(self):
+        """Inside: a prompt prefix goes through the network once for the whole block, not once per
+        micro-batch (the samples of one task, cut into micro-batches, all begin with their prompt).
+
+        Without gradients (the old-log-prob pass) a later micro-batch takes the stored keys and
+        values as they are. With gradients (one optimizer step's micro-batches, each with its own
+        backward pass inside the block) it takes fp32 leaf copies of them: each micro-batch's
+        backward pass adds its share of their gradient there, and on leaving the block the
+        prefix's own pass is run backward once with the sum, which puts the same gradient on the
+        parameters as one prefix pass per micro-batch (up to the order of float additions). So
+        every backward pass of the block must run inside it, and the optimizer step after it.
+        Leaving it by an exception drops what is stored without a backward pass."""
+        if self._prefix_block is not None:
+            yield
+            return
+        self._prefix_block = []
+        try:
+            yield
+            pending = [(own, leaves) for _, _, _, own, leaves in self._prefix_block if leaves is not None]
+            outs, grads = [], []
+            for own, leaves in pending:
+                for pair, leaf_pair in zip(own, leaves):
+                    for t, leaf in zip(pair, leaf_pair):
+                        if leaf.grad is not None:
+                            outs.append(t)
+                            grads.append(leaf.grad.to(t.dtype))
+            if outs:
+                torch.autograd.backward(outs, grads)
+        finally:
+            self._prefix_block = None
+
+    def _block_prefix(self, block: list, seq: list[int], p: int, role_index: int):
+        """The longest prefix stored in the block that ``seq`` begins with (at most ``p`` tokens),
+        as ``(cache, length)``; None if there is none."""
+        best = None
+        for tokens, ri, in_ref, own, leaves in block:
+            n = len(tokens)
+            if (ri == role_index and in_ref == self._in_reference and n <= p and tuple(seq[:n]) == tokens
+                    and (best is None or n > best[1])):
+                best = (own, n, leaves)
+        if best is None:
+            return None
+        own, n, leaves = best
+        return self._block_cache(own, leaves), n
+
+    def _block_cache(self, own, leaves):
+        """A cache over a stored prefix for one micro-batch: its keys and values as they are
+        (no gradients), or the fp32 leaves cast back to their format (a graph node per micro-batch
+        whose backward adds into the leaves' gradient)."""
+        from omtr.model.checkpointing import ReplayCache
+
+        if leaves is None:
+            return ReplayCache(len(own), past=own)
+        past = [(lk.to(k.dtype), lv.to(v.dtype)) for (k, v), (lk, lv) in zip(own, leaves)]
+        return ReplayCache(len(own), past=past)
+
+    def _keep_block_prefix(self, block: list, tokens: tuple, role_index: int, out0, stored, ckpt: bool):
+        """Store a prefix just computed in the block; returns the cache this micro-batch uses."""
+        from omtr.model.checkpointing import ReplayCache
+
+        if ckpt:
+            own = stored.layers_past()
+        else:  # keys and values of a plain forward pass (with or without gradients)
+            own = [(layer.keys, layer.values) for layer in _cache_of(out0).layers]
+        leaves = None
+        if torch.is_grad_enabled():
+            leaves = [(k.detach().float().requires_grad_(True), v.detach().float().requires_grad_(True))
+                      for k, v in own]
+        block.append((tokens, role_index, self._in_reference, own, leaves))
+        return self._block_cache(own, leaves) if leaves is not None else ReplayCache(len(own), past=own)
 
     @contextlib.contextmanager
     def _checkpointed(self):

@@ -150,6 +150,11 @@ class TrainConfig:
                                           "optimizer step take their PPO 'old' log-probs from that step's own forward "
                                           "pass (the parameters have not moved yet, so the values are the same) "
                                           "instead of a separate pass; false recomputes every step's beforehand.")
+    prompt_prefix_once: bool = _f(True, "In the old-log-prob pass and in each optimizer step of the update, a "
+                                        "prompt prefix shared by several micro-batches (a task's samples) goes "
+                                        "through the network once, its gradient summed over the micro-batches "
+                                        "(torch backend; DeepSpeed computes it per micro-batch); false computes "
+                                        "it once per micro-batch, as before.")
     update_dtype: str = _f("fp32", "Number format of the old-log-prob, reference and update passes: fp32, bf16 (a bf16 "
                                    "autocast of the matrix products and attention; weights, gradients, optimizer, LM "
                                    "head and losses stay fp32) or auto (bf16 where the device has it natively, fp32 "

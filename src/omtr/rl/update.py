@@ -51,6 +51,18 @@ class UpdateMixin:
 
         return update_autocast(getattr(self, "update_dtype", "fp32"), str(self.models["actor"].device))
 
+    def _prefix_block(self):
+        """Inside: each model computes a prompt prefix once for all the micro-batches that begin
+        with it (``prompt_prefix_once``, :meth:`omtr.model.roles.RoleModel.prefix_block`); with
+        gradients every backward pass of the block runs inside it and the optimizer step after
+        it. The torch backend only: DeepSpeed reduces gradients inside its own backward calls."""
+        stack = contextlib.ExitStack()
+        if self.cfg.prompt_prefix_once and getattr(self.backend, "name", "torch") == "torch":
+            for m in self.distinct:
+                if hasattr(m, "prefix_block"):
+                    stack.enter_context(m.prefix_block())
+        return stack
+
     def _progress(self, total: int, desc: str):
         from omtr.progress import Progress
 
@@ -75,6 +87,11 @@ class UpdateMixin:
         for it in todo_all:
             it.old_pending = id(it) in first
         bar = self._progress(sum(not it.old_pending for it in todo_all), "old log-probs")
+        with self._prefix_block():
+            self._old_passes(todo_all, bar)
+        bar.close()
+
+    def _old_passes(self, todo_all: list[StepItem], bar) -> None:
         for role in GEN_ROLES:
             todo = [it for it in todo_all if it.role == role and not it.old_pending]
             model = self.models[role]
@@ -87,7 +104,6 @@ class UpdateMixin:
                            + int(mask.sum()))
                 for b, it in enumerate(chunk):
                     self._take_old(it, lp[b, :len(it.tokens)].tolist())
-        bar.close()
 
     def _take_old(self, it: StepItem, new: list[float]) -> None:
         """The policy's log-probs of a step's tokens become its "old" ones; the engine's gap is counted."""
@@ -220,39 +236,8 @@ class UpdateMixin:
                 if not (n_actor or n_editor or n_judge or n_vals):
                     continue  # no rank has anything to learn from in this part
                 self.backend.zero_grad()
-                for j, (kind, role, weight, chunk) in enumerate(jobs):
-                    last = j == len(jobs) - 1
-                    before = tokens_done
-                    if kind == "ppo":
-                        if stepped and any(it.old_pending for it in chunk):
-                            raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
-                                               "is trained after it; --set reuse_first_logprobs=false")
-                        with self._precision():
-                            loss, st = self._ppo_loss(role, chunk)
-                        tokens_done += st.pop("tokens")
-                        for k, v in st.items():
-                            add(k, v, len(chunk))
-                    elif kind == "judge":
-                        with self._precision():
-                            s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
-                        tokens_done += sum(len(x) for x in self.models["judge"].encode_prompts([ji.prompt for ji in chunk]))
-                        labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
-                        loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
-                        judge_scores += s.detach().float().tolist()
-                        add("judge_loss", loss.item(), len(chunk))
-                        add("judge_bce", bce.item(), len(chunk))
-                        add("judge_band", band.item(), len(chunk))
-                    else:
-                        feats = torch.stack([it.feature for it in chunk]).to(self.value_head.weight.dtype)
-                        idx = torch.tensor([GEN_ROLES.index(it.role) for it in chunk], device=feats.device)
-                        v = self.value_head(feats).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-                        target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
-                        loss = ((v - target) ** 2).mean()
-                        add("value_loss", loss.item(), len(chunk))
-                    # outside the autocast (torch's advice); checkpointed layers recompute in their forward's format
-                    self.backend.backward(loss * weight, last=last)
-                    if kind != "value":
-                        bar.update(len(chunk), tokens=tokens_done - before)
+                with self._prefix_block():  # a prefix's summed gradient reaches the parameters on leaving it
+                    tokens_done = self._run_jobs(jobs, stepped, tokens_done, add, judge_scores, bar)
                 add("grad_norm", self.backend.step())  # the same on every rank (the reduced gradient)
                 stepped = True
                 value_norm = getattr(self.backend, "last_value_grad_norm", None)
@@ -270,6 +255,44 @@ class UpdateMixin:
         if skipped is not None:  # optimizer steps skipped so far for a non-finite gradient (torch backend)
             out["skipped_steps"] = float(skipped)
         return out
+
+    def _run_jobs(self, jobs: list, stepped: bool, tokens_done: int, add, judge_scores: list, bar) -> int:
+        """One optimizer step's micro-batches, forward and backward; returns the tokens done so far."""
+        cfg = self.cfg
+        for j, (kind, role, weight, chunk) in enumerate(jobs):
+            last = j == len(jobs) - 1
+            before = tokens_done
+            if kind == "ppo":
+                if stepped and any(it.old_pending for it in chunk):
+                    raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
+                                       "is trained after it; --set reuse_first_logprobs=false")
+                with self._precision():
+                    loss, st = self._ppo_loss(role, chunk)
+                tokens_done += st.pop("tokens")
+                for k, v in st.items():
+                    add(k, v, len(chunk))
+            elif kind == "judge":
+                with self._precision():
+                    s = self.models["judge"].judge_scores([ji.prompt for ji in chunk])
+                tokens_done += sum(len(x) for x in self.models["judge"].encode_prompts([ji.prompt for ji in chunk]))
+                labels = torch.tensor([float(ji.label) for ji in chunk], device=s.device)
+                loss, bce, band = L.judge_loss(s, labels, cfg.band_weight)
+                judge_scores += s.detach().float().tolist()
+                add("judge_loss", loss.item(), len(chunk))
+                add("judge_bce", bce.item(), len(chunk))
+                add("judge_band", band.item(), len(chunk))
+            else:
+                feats = torch.stack([it.feature for it in chunk]).to(self.value_head.weight.dtype)
+                idx = torch.tensor([GEN_ROLES.index(it.role) for it in chunk], device=feats.device)
+                v = self.value_head(feats).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+                target = torch.tensor([it.ret for it in chunk], dtype=v.dtype, device=v.device)
+                loss = ((v - target) ** 2).mean()
+                add("value_loss", loss.item(), len(chunk))
+            # outside the autocast (torch's advice); checkpointed layers recompute in their forward's format
+            self.backend.backward(loss * weight, last=last)
+            if kind != "value":
+                bar.update(len(chunk), tokens=tokens_done - before)
+        return tokens_done
 
     def _forget_prefixes(self) -> None:
         """Stored prompt prefixes are stale after a step (DeepSpeed may update parameters in
