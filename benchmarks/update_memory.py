@@ -122,6 +122,8 @@ PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": Fal
          "ckpt50": {"checkpoint_layers": 0.5},
          "ckpt25": {"checkpoint_layers": 0.25},
          "nockpt": {"activation_checkpointing": False},
+         # the default in fp32 (update_dtype=fp32): on CPUs whose bf16 products are slower than fp32
+         "fp32": {"update_dtype": "fp32"},
          # the default with each micro-batch computing its prompt prefix (before 2026-12-07)
          "prefix_each": {"prompt_prefix_once": False}}
 

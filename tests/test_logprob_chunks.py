@@ -370,8 +370,9 @@ def test_bf16_falls_back_to_fp32_with_one_line_where_the_cpu_lacks_it(monkeypatc
         train_profile("micro").with_overrides(["update_dtype=fp16"])
 
 
-def test_auto_is_bf16_where_native_and_fp32_without_a_warning_elsewhere(monkeypatch, caplog):
-    """update_dtype=auto (the small profile's): bf16 where the CPU has it, quietly fp32 where not."""
+def test_auto_is_bf16_where_native_and_faster_and_fp32_without_a_warning_elsewhere(monkeypatch, caplog):
+    """update_dtype=auto (the small profile's): bf16 where the CPU has it and its products measure
+    faster than fp32 ones, quietly fp32 where not (one info line saying why)."""
     import logging
 
     import omtr.model.precision as P
@@ -384,7 +385,27 @@ def test_auto_is_bf16_where_native_and_fp32_without_a_warning_elsewhere(monkeypa
     assert not [r for r in caplog.records if r.name == "omtr.model.precision"]
     monkeypatch.setattr(P, "_cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     native, _ = P.bf16_support("cpu")  # the flag, and oneDNN's bf16 kernels in this torch on this CPU
+    monkeypatch.setattr(P, "bf16_pays", lambda device="cpu": (True, ""))
     assert P.resolve_update_dtype("auto", "cpu") == ("bf16" if native else "fp32")
+    if not native:
+        return
+    monkeypatch.setattr(P, "bf16_pays", lambda device="cpu": (False, "bf16 products measured slower"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="omtr.model.precision"):
+        assert P.resolve_update_dtype("auto", "cpu") == "fp32"
+        assert P.resolve_update_dtype("bf16", "cpu") == "bf16", "asked for by name: kept"
+    lines = [r for r in caplog.records if r.name == "omtr.model.precision"]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO and "slower" in lines[0].getMessage()
+
+
+def test_bf16_probe_measures_once_per_process():
+    import omtr.model.precision as P
+
+    first = P.bf16_pays("cpu")
+    assert P.bf16_pays("cpu") is first, "cached: one probe per process"
+    pays, why = first
+    assert isinstance(pays, bool) and (pays or "GFLOP/s" in why)
+    assert P.bf16_pays("cuda:0") == (True, "")
 
 
 def test_trainer_with_bf16_on_a_cpu_without_it_trains_in_fp32(tmp_path, micro, monkeypatch, caplog):
@@ -490,7 +511,7 @@ def test_adapter_input_casts_stay_on_a_mixed_dtype_model():
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     from omtr.model import build_model
-    from omtr.model.precision import skip_adapter_input_casts
+    from omtr.model.adapters import skip_adapter_input_casts
 
     m = build_model("micro")
     adapters = [mod for mod in m.lm.modules() if isinstance(mod, BaseTunerLayer)]
@@ -575,3 +596,49 @@ def test_prefix_block_without_gradients_and_when_left_by_an_error(micro, complet
             raise RuntimeError("stop")
     assert all(p.grad is None for p in micro.parameters()), "nothing ran backward"
     assert micro._prefix_block is None
+
+
+def test_fused_adapter_products_equal_peft_and_skip_its_elementwise_passes(micro_mild, completions):
+    """``base(x) + scaling * A(x) Bᵀ`` as one addmm (omtr.model.adapters) against peft's own forward
+    (product, scale, sum): the same log-probabilities and gradients, fewer elementwise passes."""
+    from peft.tuners.lora.layer import Linear
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    m = micro_mild
+    layers = [mod for mod in m.lm.modules() if type(mod) is Linear]
+    assert layers and all("forward" in vars(mod) for mod in layers), "set when the model is built"
+    _, comps = completions["off"]
+    _use(m, CHUNK)
+
+    class Ops(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    fused = {mod: vars(mod)["forward"] for mod in layers}
+    out = {}
+    try:
+        for name in ("peft", "fused"):
+            for mod in layers:
+                if name == "peft":
+                    del mod.forward
+                else:
+                    mod.forward = fused[mod]
+            m.zero_grad(set_to_none=True)
+            Ops.seen = []
+            with Ops():
+                lp, mask = m.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+            (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+            out[name] = (lp.detach(), mask, _grads(m), list(Ops.seen))
+    finally:
+        for mod in layers:
+            mod.forward = fused[mod]
+    _assert_same(out["peft"][:3], out["fused"][:3])
+    assert out["fused"][3].count(torch.ops.aten.addmm.default) >= len(layers) // 3
+    elementwise = (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor)
+    assert sum(f in elementwise for f in out["fused"][3]) < sum(f in elementwise for f in out["peft"][3])
+    with m.lm.disable_adapter():  # the reference policy: peft's own path, the adapters left out
+        base = m.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")[0]
+    assert not torch.allclose(base, out["fused"][0])

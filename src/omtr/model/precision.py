@@ -15,6 +15,7 @@ on such a device falls back to fp32 with one log line (:func:`resolve_update_dty
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import platform
 
@@ -66,6 +67,8 @@ def resolve_update_dtype(name: str, device: str = "cpu") -> str:
         raise ValueError(f"update_dtype {name!r}: choose one of {', '.join(UPDATE_DTYPES)}")
     if name == "auto":
         ok, why = bf16_support(device)
+        if ok:
+            ok, why = bf16_pays(device)
         if not ok:
             log.info("update_dtype=auto: fp32, as %s", why)
         return "bf16" if ok else "fp32"
@@ -75,6 +78,46 @@ def resolve_update_dtype(name: str, device: str = "cpu") -> str:
             log.warning("update_dtype=bf16 asked for, but %s: the update runs in fp32", why)
             return "fp32"
     return name
+
+
+# bf16 must beat fp32 by this factor on the probe's product for `auto` to choose it
+BF16_MIN_GAIN = 1.15
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_pays(device: str = "cpu") -> tuple[bool, str]:
+    """Whether bf16 matrix products are faster than fp32 ones on ``device``, and in words why not.
+
+    A CPU that has bf16 instructions does not always compute bf16 faster: measured on a 2-core Xeon
+    with avx512_bf16 but no AMX, torch's fp32 product of SmolLM2's MLP shape ran at ~340 GFLOP/s
+    and its bf16 one at ~185 (attention likewise), so the update under a bf16 autocast took 1.5x
+    as long. On a CPU the answer is a probe: the same product in both formats (a [1024, 576] x
+    [576, 1536] linear, best of three after a warm-up; well under a second), once per process.
+    Elsewhere (CUDA) bf16 pays wherever it is supported."""
+    if str(device).split(":", 1)[0] != "cpu":
+        return True, ""
+    import time
+
+    import torch
+
+    x, w = torch.randn(1024, 576), torch.randn(1536, 576)
+    flops = 2 * x.shape[0] * x.shape[1] * w.shape[0]
+
+    def best(dtype) -> float:
+        xx, ww = x.to(dtype), w.to(dtype)
+        torch.nn.functional.linear(xx, ww)  # oneDNN builds its kernel on the first call
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(xx, ww)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t32, t16 = best(torch.float32), best(torch.bfloat16)
+    if t16 * BF16_MIN_GAIN <= t32:
+        return True, ""
+    return False, (f"this CPU's bf16 products are not faster than its fp32 ones (measured {flops / t16 / 1e9:.0f} "
+                   f"against {flops / t32 / 1e9:.0f} GFLOP/s)")
 
 
 @contextlib.contextmanager
@@ -87,26 +130,3 @@ def update_autocast(name: str, device: str = "cpu"):
 
     with torch.autocast(device_type=str(device).split(":", 1)[0], dtype=torch.bfloat16):
         yield
-
-
-def skip_adapter_input_casts(lm) -> int:
-    """Stop peft casting each adapter's input to the adapter's dtype, where that cast can only
-    waste time: when every frozen weight and every adapter weight of ``lm`` share one dtype (fp32
-    on a CPU), an input outside an autocast already has that dtype; inside a bf16 autocast, peft
-    would turn a bf16 activation (the attention's output before ``o_proj``, the MLP's before
-    ``down_proj``) into fp32, which the autocast turns straight back into bf16 for the adapter's
-    product. The round trip is exact, so values do not change; it cost two copies of a
-    [tokens x width] tensor per adapter and layer call, about a tenth of a CPU update's time.
-
-    With mixed dtypes (a bf16 backbone under fp32 adapters on a GPU) peft's casts are needed and
-    kept. Returns how many adapter layers were changed."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    if len({p.dtype for p in lm.parameters()}) != 1:
-        return 0
-    n = 0
-    for module in lm.modules():
-        if isinstance(module, BaseTunerLayer):
-            module.cast_input_dtype_enabled = False
-            n += 1
-    return n
