@@ -642,3 +642,35 @@ def test_fused_adapter_products_equal_peft_and_skip_its_elementwise_passes(micro
     with m.lm.disable_adapter():  # the reference policy: peft's own path, the adapters left out
         base = m.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")[0]
     assert not torch.allclose(base, out["fused"][0])
+
+
+def test_checkpointed_layers_keep_the_attention_for_the_recomputation(micro, completions):
+    """On a CPU the backward pass's recomputation takes each layer's attention output back instead of
+    running the attention kernel again (omtr.model.checkpointing.kept_sdpa); the values and
+    gradients stay those of the layers without checkpointing (the test above)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from omtr.model.checkpointing import decoder_layers
+
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    class Kernels(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Kernels.n += func is kernel
+            return func(*args, **(kwargs or {}))
+
+    _, comps = completions["scoped"]
+    _use(micro, CHUNK)
+    _with_ckpt(micro, True)
+    layers = len(decoder_layers(micro.base_model))
+    assert micro.base_model.config._attn_implementation == "sdpa"
+    micro.zero_grad(set_to_none=True)
+    with Kernels():
+        lp, _ = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+        forward = Kernels.n
+        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+    assert forward >= layers, "the rows' pass ran the kernel in every layer"
+    assert Kernels.n == forward, "the recomputation ran no attention kernel"
+    assert micro.base_model.config._attn_implementation == "sdpa", "switched only inside the layers' calls"

@@ -14,11 +14,21 @@ each layer's keys and values are a fixed ``past`` (none for the prefix's own pas
 batch of one, for the rows' pass) followed by the call's own, returned without being stored, so a
 layer computes the same thing however often it runs. The prefix's keys and values (``own()``)
 carry their gradients back to the prefix's pass.
+
+The recomputation need not repeat the attention (a fifth of a CPU layer's forward time with a
+long prompt): on a CPU each checkpointed layer keeps its attention's output and log-sum-exp (a
+[rows, heads, tokens] row of numbers and one hidden-size vector per token, ~1/16 of what the layer
+would keep unchecked), and in the backward pass the recomputation takes them back instead of
+running the attention kernel again, while its queries, keys and values are recomputed as before for
+the kernel's backward pass (:class:`_KeptAttention`; torch's own CPU flash-attention kernels, so
+values and gradients are those of ``scaled_dot_product_attention``). Elsewhere (a GPU, dropout,
+attention biases) the layer recomputes everything, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -87,20 +97,136 @@ def spread(layers: list, share: float) -> list:
     return [layers[(i * n) // k] for i in range(k)]
 
 
+KEPT_SDPA = "omtr_kept_sdpa"  # the attention function's name in transformers' registry
+_active = threading.local()  # (store, mode) of the checkpointed region running on this thread
+
+
+class _AttentionStore:
+    """One checkpointed layer call's attention results: kept by its forward pass, taken back in
+    order by its recomputation (a layer calls its attention once per pass)."""
+
+    def __init__(self, config):
+        self.config, self.kept, self.next = config, [], 0
+
+    def contexts(self):
+        return self._region("keep"), self._region("replay")
+
+    @contextlib.contextmanager
+    def _region(self, mode):
+        previous = getattr(_active, "value", None)
+        impl = self.config._attn_implementation
+        switch = impl == "sdpa"
+        _active.value = (self, mode) if switch else None
+        if switch:
+            self.config._attn_implementation = KEPT_SDPA
+        if mode == "replay":
+            self.next = 0
+        try:
+            yield
+        finally:
+            _active.value = previous
+            if switch:
+                self.config._attn_implementation = impl
+
+
+class _KeptAttention(torch.autograd.Function):
+    """torch's CPU flash attention whose forward result may be given (``kept``: the output and
+    log-sum-exp of an earlier identical call), so that a recomputation skips the kernel; the
+    backward pass is the kernel's own, on the queries, keys and values of this call."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, causal, kept):
+        if kept is None:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal,
+                                                                                  attn_mask=mask, scale=scale)
+        else:
+            out, lse = kept
+        ctx.scale, ctx.causal = scale, causal
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out.contiguous(), q, k, v, out, lse, 0.0, ctx.causal, attn_mask=mask, scale=ctx.scale)
+        return gq, gk, gv, None, None, None, None
+
+
+_mask_memo: list = [None, None, None]  # (bool mask, dtype, additive mask): the one all layers of a pass share
+
+
+def _additive(mask: torch.Tensor, dtype) -> torch.Tensor:
+    """A boolean mask as the kernel's additive one (0 where attended, -inf elsewhere), made once
+    for all the layers that receive the same mask."""
+    if _mask_memo[0] is mask and _mask_memo[1] == dtype:
+        return _mask_memo[2]
+    add = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    _mask_memo[:] = [mask, dtype, add]
+    return add
+
+
+def kept_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' sdpa attention, with the output kept for (or taken back in) the recomputation
+    of a checkpointed layer on a CPU; transformers' own function wherever that does not apply."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    state = getattr(_active, "value", None)
+    plain = (state is None or dropout or query.device.type != "cpu" or kwargs.get("position_bias") is not None
+             or kwargs.get("softcap") is not None or not (query.dtype == key.dtype == value.dtype)
+             or query.shape[2] == 1)
+    causal = False
+    if not plain and attention_mask is None:  # the prefix's own pass: causal, no padding
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        plain = not causal or key.shape[2] != query.shape[2]
+    elif not plain:
+        plain = attention_mask.dtype != torch.bool
+    if plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    store, mode = state
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    mask = None if causal else _additive(attention_mask, query.dtype)
+    kept = None
+    if mode == "replay" and store.next < len(store.kept):
+        kept = store.kept[store.next]
+        store.next += 1
+    out, lse = _KeptAttention.apply(query, key, value, mask, scaling, causal, kept)
+    if mode == "keep":
+        store.kept.append((out.detach(), lse))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(KEPT_SDPA, kept_sdpa)
+    AttentionMaskInterface.register(KEPT_SDPA, sdpa_mask)
+
+
 @contextlib.contextmanager
 def checkpointed_layers(layers):
     """Inside: each layer's forward pass, where gradients are on, runs under non-reentrant
     :func:`torch.utils.checkpoint.checkpoint` (its input kept, its activations recomputed in the
     backward pass). Without gradients the layers run as they are."""
+    _register()
     patched = []
     try:
         for layer in layers:
             forward = layer.forward
+            config = getattr(getattr(layer, "self_attn", None), "config", None)
 
-            def run(*args, _forward=forward, **kwargs):
+            def run(*args, _forward=forward, _config=config, **kwargs):
                 if not torch.is_grad_enabled():
                     return _forward(*args, **kwargs)
-                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+                extra = {}
+                if _config is not None:  # the attention kept for the recomputation (on a CPU)
+                    extra["context_fn"] = _AttentionStore(_config).contexts
+                return checkpoint(_forward, *args, use_reentrant=False, **extra, **kwargs)
 
             layer.forward = run  # the instance's attribute, in front of the class's method
             patched.append(layer)
