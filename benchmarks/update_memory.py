@@ -28,7 +28,11 @@ so that one part's freed memory (which the allocator may keep) does not hide or 
    ``chunked``, ``lean`` and ``bf16`` keep the earlier micro-batches of 8 and a separate
    old-log-prob pass for every step; ``default`` is the profile as it is (micro-batches of 4 cut
    by completion length, the first minibatch's old log-probs taken in the PPO phase from its own
-   forward pass, ``update_dtype=auto``).
+   forward pass, ``update_dtype=auto``, a prompt prefix computed once per optimizer step).
+   ``fp32`` is the default with ``update_dtype=fp32``; ``prefix_each`` the default with
+   ``prompt_prefix_once=false`` (a prompt prefix per micro-batch); ``ckpt50``, ``ckpt25`` and
+   ``nockpt`` fewer checkpointed layers. The PPO micro-batches and the Judge's each run inside the
+   trainer's prefix block (:meth:`UpdateMixin._prefix_block`), as one optimizer step's do.
 
 Memory is the process's resident set (RSS, ``/proc/self/statm``) sampled every ``--interval-ms``
 milliseconds by a thread (torch's CPU kernels release the GIL, so the sampler runs during them);
@@ -112,7 +116,8 @@ def _maxrss_mb() -> float:
 
 # path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
 # as it was when issue 42 was filed; `default` is the profile as it is now.
-_EARLIER = {"micro_batch_size": 8, "reuse_first_logprobs": False, "update_dtype": "fp32", "prompt_prefix_once": False}
+_EARLIER = {"micro_batch_size": 8, "judge_micro_batch_size": None, "reuse_first_logprobs": False,
+            "update_dtype": "fp32", "prompt_prefix_once": False}
 PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),
@@ -267,7 +272,7 @@ def child_phases(args) -> dict:
         if judge and cfg.use_judge:
             jm = tr.models["judge"]
             with sampler.phase("judge_loss", report), tr._prefix_block():
-                for c in _chunks(judge, cfg.micro_batch_size):
+                for c in _chunks(judge, cfg.judge_micro_batch_size or cfg.micro_batch_size):
                     t0 = time.perf_counter()
                     with tr._precision():
                         s = jm.judge_scores([j.prompt for j in c])

@@ -568,7 +568,7 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
     assert params == [("fast", "True"), ("hf", None)]
 
 
-def _update_once(micro, tmp_path, reuse: bool, refused: bool = False):
+def _update_once(micro, tmp_path, reuse: bool, refused: bool = False, **settings):
     """One update of two groups (two minibatches) on fixed engine samples, from the same parameters:
     the items' old log-probs after the update and the trained parameters."""
     from omtr.rl.config import train_profile
@@ -580,8 +580,8 @@ def _update_once(micro, tmp_path, reuse: bool, refused: bool = False):
                                          advantage="group", whiten_advantages=False, minibatches=2,
                                          micro_batch_size=2, mlflow=False, save_model_every_cycle=False,
                                          validate_logs=False, rollout_engine="fast", use_judge=False,
-                                         reuse_first_logprobs=reuse)
-    tr = Trainer(cfg, tasks, tmp_path / f"run-{reuse}", quiet=True, model=micro)
+                                         reuse_first_logprobs=reuse).replace(**settings)
+    tr = Trainer(cfg, tasks, tmp_path / f"run-{reuse}-{len(list(tmp_path.iterdir()))}", quiet=True, model=micro)
     sampling = Sampling(greedy=False, temperature=cfg.temperature, top_p=1.0, max_new_tokens=12, seed=3)
     prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[1]]
     gens = tr.engines[id(micro)].generate("actor", prompts, sampling, grammar=False)
@@ -594,7 +594,13 @@ def _update_once(micro, tmp_path, reuse: bool, refused: bool = False):
     if refused:  # a token whose replayed mask refused it: the policy's old log-prob is -inf
         items[3].old_logprobs[0] = float("-inf")
     tr._advantages(items)
-    stats = tr._update(items, [])
+    judge = []
+    if cfg.use_judge:  # Judge prompts of one task: a shared prefix, two per minibatch
+        from omtr.rl.steps import JudgeItem
+
+        judge = [JudgeItem([{"role": "user", "content": f"Task: stack b1 on b2. Spec {k}: (on b1 b2)"}], k % 2 == 0, k)
+                 for k in range(4)]
+    stats = tr._update(items, judge)
     params = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
     if refused:
         return params, stats
@@ -642,3 +648,40 @@ def test_a_token_the_replay_refuses_is_left_out_of_the_loss(micro, tmp_path):
     assert all(torch.isfinite(p).all() for p in params.values())
     assert any(not torch.equal(params[n], start[n]) for n in params)
     assert 0 < stats["actor_unscorable_share"] < 1
+
+
+def test_a_prompt_prefix_once_per_step_trains_as_one_per_micro_batch(micro, tmp_path):
+    """prompt_prefix_once: one task's samples in micro-batches of one row, then the Judge's items,
+    in each optimizer step: the prefix goes through the network once per step (its gradient summed,
+    flushed before the Judge's turn) and the trained parameters equal a prefix pass per micro-batch."""
+    from omtr.model.roles import RoleModel
+
+    start = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+    calls = []
+    real = RoleModel._keep_block_prefix
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    def restore():
+        with torch.no_grad():
+            for n, p in micro.named_parameters():
+                if n in start:
+                    p.copy_(start[n])
+
+    settings = dict(micro_batch_size=1, use_judge=True, judge_micro_batch_size=1)
+    try:
+        RoleModel._keep_block_prefix = counted
+        *_, params_once, _, _ = _update_once(micro, tmp_path, reuse=True, prompt_prefix_once=True, **settings)
+        once = len(calls)
+        restore()
+        *_, params_each, _, _ = _update_once(micro, tmp_path, reuse=True, prompt_prefix_once=False, **settings)
+    finally:
+        RoleModel._keep_block_prefix = real
+        restore()
+    assert once > 0 and len(calls) == once, "prefixes stored only with prompt_prefix_once"
+    moved = [n for n in params_once if not torch.equal(params_once[n], start[n])]
+    assert any(".judge." in n for n in moved) and any(".actor." in n for n in moved)
+    for n in params_once:  # the same sums in another order: float rounding
+        torch.testing.assert_close(params_once[n], params_each[n], atol=1e-5, rtol=1e-4)

@@ -9,7 +9,9 @@ log-probabilities (:mod:`omtr.model.logprobs`) stays fp32: a logit's bf16 roundi
 
 bf16 pays only with native instructions (x86 ``avx512_bf16`` or ``amx_bf16``, Arm ``bf16``; a
 CUDA device that supports it); elsewhere oneDNN emulates it, slower than fp32. A request for bf16
-on such a device falls back to fp32 with one log line (:func:`resolve_update_dtype`).
+on such a device falls back to fp32 with one log line (:func:`resolve_update_dtype`). Native
+instructions are not enough either: without AMX, a 2-core Xeon's bf16 products ran at about half
+its fp32 speed, so ``auto`` also asks a probe (:func:`bf16_pays`).
 """
 
 from __future__ import annotations

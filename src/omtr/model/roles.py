@@ -218,6 +218,8 @@ class RoleModel(nn.Module):
             found = self._block_prefix(block, seqs[0], cap, role_index) if cap >= MIN_SHARED_PREFIX else None
             if found is not None:
                 stored, p = found
+            elif len(seqs) == 1 and max_prefix is not None:
+                p = cap  # a lone completion's row: its prompt computed as a prefix, for the task's later micro-batches
         if reuse and self.share_prefix:
             key = (role_index, self._in_reference)
             entry = self._prefixes.get(key)
@@ -294,18 +296,30 @@ class RoleModel(nn.Module):
         self._prefix_block = []
         try:
             yield
-            pending = [(own, leaves) for _, _, _, own, leaves in self._prefix_block if leaves is not None]
-            outs, grads = [], []
-            for own, leaves in pending:
-                for pair, leaf_pair in zip(own, leaves):
-                    for t, leaf in zip(pair, leaf_pair):
-                        if leaf.grad is not None:
-                            outs.append(t)
-                            grads.append(leaf.grad.to(t.dtype))
-            if outs:
-                torch.autograd.backward(outs, grads)
+            self.flush_prefix_block()
         finally:
             self._prefix_block = None
+
+    def flush_prefix_block(self) -> None:
+        """Inside :meth:`prefix_block`: run the stored prefixes' own passes backward with the
+        gradient their micro-batches summed so far, and forget them (their graphs and leaves free
+        their memory; a later micro-batch computes its prefix again). For when the micro-batches
+        that share them are done, e.g. before the Judge's once the Actor's are."""
+        block = self._prefix_block
+        if not block:
+            return
+        outs, grads = [], []
+        for _, _, _, own, leaves in block:
+            if leaves is None:
+                continue
+            for pair, leaf_pair in zip(own, leaves):
+                for t, leaf in zip(pair, leaf_pair):
+                    if leaf.grad is not None:
+                        outs.append(t)
+                        grads.append(leaf.grad.to(t.dtype))
+        block.clear()
+        if outs:
+            torch.autograd.backward(outs, grads)
 
     def _block_prefix(self, block: list, seq: list[int], p: int, role_index: int):
         """The longest prefix stored in the block that ``seq`` begins with (at most ``p`` tokens),

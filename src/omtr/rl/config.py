@@ -150,6 +150,11 @@ class TrainConfig:
                                           "optimizer step take their PPO 'old' log-probs from that step's own forward "
                                           "pass (the parameters have not moved yet, so the values are the same) "
                                           "instead of a separate pass; false recomputes every step's beforehand.")
+    judge_micro_batch_size: int | None = _f(None, "Judge prompts per forward/backward pass in the update (None: "
+                                                   "micro_batch_size). Each Judge prompt is a whole spec with its "
+                                                   "checks, so a micro-batch of them holds more than the Actor's; the "
+                                                   "small profile's 2 keeps the update's peak memory lower at about "
+                                                   "the same speed.")
     prompt_prefix_once: bool = _f(True, "In the old-log-prob pass and in each optimizer step of the update, a "
                                         "prompt prefix shared by several micro-batches (a task's samples) goes "
                                         "through the network once, its gradient summed over the micro-batches "
@@ -157,9 +162,11 @@ class TrainConfig:
                                         "it once per micro-batch, as before.")
     update_dtype: str = _f("fp32", "Number format of the old-log-prob, reference and update passes: fp32, bf16 (a bf16 "
                                    "autocast of the matrix products and attention; weights, gradients, optimizer, LM "
-                                   "head and losses stay fp32) or auto (bf16 where the device has it natively, fp32 "
-                                   "elsewhere; the small profile's). bf16 where the device has native bf16 (these "
-                                   "CPUs: avx512_bf16); elsewhere it falls back to fp32 with one log line.")
+                                   "head and losses stay fp32) or auto (the small profile's: bf16 where the device "
+                                   "has it natively and, on a CPU, a probe of one product finds it at least 1.15x "
+                                   "faster than fp32; fp32 elsewhere, with an info line saying why: these 2-core "
+                                   "Xeons have avx512_bf16 but compute fp32 faster). An explicit bf16 without native "
+                                   "bf16 falls back to fp32 with one log line.")
     lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
                                  "rollout engine's prefix cache after the rollout (stale once the update moves the "
                                  "parameters; a refresh would drop it anyway) and glibc's free heap pages "
@@ -237,6 +244,10 @@ class TrainConfig:
         for name in pos:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.judge_micro_batch_size is not None and (isinstance(self.judge_micro_batch_size, bool)
+                                                        or self.judge_micro_batch_size < 1):
+            raise ConfigError(f"judge_micro_batch_size must be at least 1 (or unset: micro_batch_size), got "
+                              f"{self.judge_micro_batch_size}")
         if self.episodes_per_batch % self.samples_per_task:
             raise ConfigError(f"episodes_per_batch ({self.episodes_per_batch}) must be a multiple of "
                               f"samples_per_task ({self.samples_per_task}): a batch holds whole groups")
@@ -408,7 +419,8 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # now scores only when its initial state breaks none of the given domain's mutex invariants.
     # Since issue 42: micro-batches of 4 (cut by completion length within a task's samples: less
     # padding, ~0.75 GB less at the peak than 8), the first minibatch's old log-probs from its own
-    # forward pass, and the passes that train in bf16 where the CPU has it (update_dtype=auto).
+    # forward pass, and the passes that train in bf16 where the CPU has it and computes it faster
+    # (update_dtype=auto: fp32 on CPUs whose bf16 products measure slower, as these 2-core Xeons').
     # Since issue 41: one mutant of each supported Actor spec as a Judge negative (judge_negatives=1),
     # its prompt showing the checks against it (ModelConfig.judge_checks): under the statement rules
     # every answer is supported, and without them the Judge never sees a negative to learn from.
@@ -418,7 +430,8 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
                          dynamic_sampling_rounds=2, curriculum=True, curriculum_start=2, curriculum_advance_at=0.5,
                          judge_gate_auc=0.6, judge_items_per_update=8, judge_negatives=1, lr=2e-4, ppo_epochs=1,
                          minibatches=2, kl_coef=0.0,
-                         max_repairs=0, max_new_tokens=448, micro_batch_size=4, rollout_engine="fast",
+                         max_repairs=0, max_new_tokens=448, micro_batch_size=4, judge_micro_batch_size=2,
+                         rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0, update_dtype="auto"),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.

@@ -230,7 +230,7 @@ class UpdateMixin:
                     its = [it for it in part_items if it.role == role]
                     jobs += [("ppo", role, weight * len(c) / counts[role], c) for c in _chunks(its, cfg.micro_batch_size)]
                 jobs += [("judge", "judge", cfg.judge_weight * len(c) / n_judge, c)
-                         for c in _chunks(part_judge, cfg.micro_batch_size)]
+                         for c in _chunks(part_judge, cfg.judge_micro_batch_size or cfg.micro_batch_size)]
                 if vals:
                     jobs.append(("value", "value", cfg.value_weight * len(vals) / n_vals, vals))
                 if not (n_actor or n_editor or n_judge or n_vals):
@@ -262,6 +262,9 @@ class UpdateMixin:
         for j, (kind, role, weight, chunk) in enumerate(jobs):
             last = j == len(jobs) - 1
             before = tokens_done
+            if j and jobs[j - 1][:2] != (kind, role):  # the previous role's micro-batches are done: its
+                for m in self.distinct:                  # prefixes' gradient now, their memory freed
+                    getattr(m, "flush_prefix_block", lambda: None)()
             if kind == "ppo":
                 if stepped and any(it.old_pending for it in chunk):
                     raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
