@@ -117,7 +117,7 @@ def _maxrss_mb() -> float:
 # path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
 # as it was when issue 42 was filed; `default` is the profile as it is now.
 _EARLIER = {"micro_batch_size": 8, "judge_micro_batch_size": None, "reuse_first_logprobs": False,
-            "update_dtype": "fp32", "prompt_prefix_once": False}
+            "update_dtype": "fp32", "prompt_prefix_once": False, "fused_adapters": False}
 PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),

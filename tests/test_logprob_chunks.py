@@ -674,3 +674,23 @@ def test_checkpointed_layers_keep_the_attention_for_the_recomputation(micro, com
     assert forward >= layers, "the rows' pass ran the kernel in every layer"
     assert Kernels.n == forward, "the recomputation ran no attention kernel"
     assert micro.base_model.config._attn_implementation == "sdpa", "switched only inside the layers' calls"
+
+
+def test_fused_adapters_setting_switches_back_to_peft(tmp_path):
+    from peft.tuners.lora.layer import Linear
+
+    from omtr.config import ModelConfig
+    from omtr.model import build_model
+    from omtr.rl.config import train_profile
+    from omtr.rl.trainer import Trainer
+    from omtr.tasks.training import TrainingTask
+
+    m = build_model("micro")
+    layers = [mod for mod in m.lm.modules() if type(mod) is Linear]
+    assert all("forward" in vars(mod) for mod in layers)
+    cfg = train_profile("micro").with_overrides(["fused_adapters=false", "mlflow=false"])
+    tr = Trainer(cfg, [TrainingTask("t0", "blocksworld", None, "Put block a on the table.")], tmp_path / "run",
+                 quiet=True, model=m)
+    assert tr.models["actor"].cfg.fused_adapters is False
+    assert not any("forward" in vars(mod) for mod in layers), "peft's own forward pass"
+    assert ModelConfig.from_dict(m.cfg.to_dict()).fused_adapters is False, "saved with the model"

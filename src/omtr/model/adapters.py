@@ -84,3 +84,13 @@ def fuse_adapter_products(lm) -> int:
             module.forward = fused_forward.__get__(module)
             n += 1
     return n
+
+
+def unfuse_adapter_products(lm) -> int:
+    """peft's own forward pass again on every LoRA ``Linear`` of ``lm``."""
+    n = 0
+    for module in _adapter_layers(lm):
+        if "forward" in vars(module):
+            del module.forward
+            n += 1
+    return n

@@ -68,10 +68,10 @@ class RoleModel(nn.Module):
             self.lm = get_peft_model(base, lora, adapter_name=ROLE_NAMES[0])
             for role in ROLE_NAMES[1:]:
                 self.lm.add_adapter(role, lora)
-        from omtr.model.adapters import fuse_adapter_products, skip_adapter_input_casts
+        from omtr.model.adapters import skip_adapter_input_casts
 
         skip_adapter_input_casts(self.lm)  # one dtype throughout: peft's casts would only undo the autocast's
-        fuse_adapter_products(self.lm)  # base + scaling * A(x) Bᵀ as one addmm
+        self.apply_adapter_path()
         hidden = base.config.hidden_size
         param = next(base.parameters())
         self.role_embeddings = nn.Parameter(self._initial_role_vectors(base).to(param.device, torch.float32))
@@ -97,6 +97,16 @@ class RoleModel(nn.Module):
         self.eval()
 
     # ------------------------------------------------------------------ construction / roles
+
+    def apply_adapter_path(self) -> None:
+        """The LoRA layers' forward pass as the config says: fused (``fused_adapters``, one addmm)
+        or peft's own."""
+        from omtr.model.adapters import fuse_adapter_products, unfuse_adapter_products
+
+        if getattr(self.cfg, "fused_adapters", True):
+            fuse_adapter_products(self.lm)
+        else:
+            unfuse_adapter_products(self.lm)
 
     @classmethod
     def build(cls, cfg: ModelConfig, *, device: str | None = None) -> "RoleModel":

@@ -150,6 +150,9 @@ class TrainConfig:
                                           "optimizer step take their PPO 'old' log-probs from that step's own forward "
                                           "pass (the parameters have not moved yet, so the values are the same) "
                                           "instead of a separate pass; false recomputes every step's beforehand.")
+    fused_adapters: bool | None = _f(None, "The LoRA layers' product, scale and sum as one addmm (None: the model's; "
+                                           "see ModelConfig.fused_adapters, on by default); false is peft's own "
+                                           "forward pass. Saved with the model.")
     judge_micro_batch_size: int | None = _f(None, "Judge prompts per forward/backward pass in the update (None: "
                                                    "micro_batch_size). Each Judge prompt is a whole spec with its "
                                                    "checks, so a micro-batch of them holds more than the Actor's; the "

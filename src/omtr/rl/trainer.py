@@ -140,12 +140,15 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["checkpoint_layers"] = cfg.checkpoint_layers
         if cfg.judge_checks is not None:
             changes["judge_checks"] = cfg.judge_checks
+        if cfg.fused_adapters is not None:
+            changes["fused_adapters"] = cfg.fused_adapters
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
         if changes:
             m.cfg = m.cfg.replace(**changes)
             m._set_trainable()  # re-apply which parameters train under the new setting
+            m.apply_adapter_path()
         if m.cfg.train_backbone and cfg.kl_coef > 0:
             m.keep_reference()
         return m
