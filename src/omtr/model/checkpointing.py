@@ -22,7 +22,8 @@ would keep unchecked), and in the backward pass the recomputation takes them bac
 running the attention kernel again, while its queries, keys and values are recomputed as before for
 the kernel's backward pass (:class:`_KeptAttention`; torch's own CPU flash-attention kernels, so
 values and gradients are those of ``scaled_dot_product_attention``). Elsewhere (a GPU, dropout,
-attention biases) the layer recomputes everything, as before.
+attention biases, a prompt prefix's own unmasked pass, whose output would be held for a whole
+optimizer step under ``prompt_prefix_once``) the layer recomputes everything, as before.
 """
 
 from __future__ import annotations
@@ -176,12 +177,9 @@ def kept_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     plain = (state is None or dropout or query.device.type != "cpu" or kwargs.get("position_bias") is not None
              or kwargs.get("softcap") is not None or not (query.dtype == key.dtype == value.dtype)
              or query.shape[2] == 1)
-    causal = False
-    if not plain and attention_mask is None:  # the prefix's own pass: causal, no padding
-        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        plain = not causal or key.shape[2] != query.shape[2]
-    elif not plain:
-        plain = attention_mask.dtype != torch.bool
+    # A pass without a mask is a shared prompt prefix's own: kept for the whole optimizer step under
+    # prompt_prefix_once, its attention output would be held as long; it recomputes it instead.
+    plain = plain or attention_mask is None or attention_mask.dtype != torch.bool
     if plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
@@ -189,12 +187,12 @@ def kept_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    mask = None if causal else _additive(attention_mask, query.dtype)
+    mask = _additive(attention_mask, query.dtype)
     kept = None
     if mode == "replay" and store.next < len(store.kept):
         kept = store.kept[store.next]
         store.next += 1
-    out, lse = _KeptAttention.apply(query, key, value, mask, scaling, causal, kept)
+    out, lse = _KeptAttention.apply(query, key, value, mask, scaling, False, kept)
     if mode == "keep":
         store.kept.append((out.detach(), lse))
     return out.transpose(1, 2).contiguous(), None

@@ -424,6 +424,8 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # padding, ~0.75 GB less at the peak than 8), the first minibatch's old log-probs from its own
     # forward pass, and the passes that train in bf16 where the CPU has it and computes it faster
     # (update_dtype=auto: fp32 on CPUs whose bf16 products measure slower, as these 2-core Xeons').
+    # Since 2026-12-07: Judge micro-batches of 2 and log-probs 256 positions at a time keep the whole
+    # `omtr train` under 3 GB with the fp32 update and the attention kept for the recomputation.
     # Since issue 41: one mutant of each supported Actor spec as a Judge negative (judge_negatives=1),
     # its prompt showing the checks against it (ModelConfig.judge_checks): under the statement rules
     # every answer is supported, and without them the Judge never sees a negative to learn from.
@@ -434,6 +436,7 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
                          judge_gate_auc=0.6, judge_items_per_update=8, judge_negatives=1, lr=2e-4, ppo_epochs=1,
                          minibatches=2, kl_coef=0.0,
                          max_repairs=0, max_new_tokens=448, micro_batch_size=4, judge_micro_batch_size=2,
+                         logprob_chunk=256,
                          rollout_engine="fast",
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0, update_dtype="auto"),
