@@ -674,6 +674,11 @@ def test_checkpointed_layers_keep_the_attention_for_the_recomputation(micro, com
     assert forward == 2 * layers, "the prefix's pass and the rows' ran the kernel in every layer"
     assert Kernels.n == forward + layers, "the recomputation ran the prefix's attention only (no mask), not the rows'"
     assert micro.base_model.config._attn_implementation == "sdpa", "switched only inside the layers' calls"
+    from omtr.model import checkpointing as ck
+
+    assert ck._mask_memo[0] is not None
+    ck.forget_masks()  # what the trainer does after an update
+    assert ck._mask_memo == [None, None, None]
 
 
 def test_fused_adapters_setting_switches_back_to_peft(tmp_path):

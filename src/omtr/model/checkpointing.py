@@ -168,6 +168,12 @@ def _additive(mask: torch.Tensor, dtype) -> torch.Tensor:
     return add
 
 
+def forget_masks() -> None:
+    """Drop the additive mask kept for the layers of the last pass (after an update: the rollout
+    that follows needs none of it)."""
+    _mask_memo[:] = [None, None, None]
+
+
 def kept_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """transformers' sdpa attention, with the output kept for (or taken back in) the recomputation
     of a checkpointed layer on a CPU; transformers' own function wherever that does not apply."""

@@ -477,7 +477,10 @@ class Trainer(UpdateMixin, CheckpointMixin, MetricsMixin):
         """After the update (``lean_memory``): the last optimizer step's gradients (the next update
         zeroes them before its first backward pass, and no checkpoint saves them), what only cycles
         still hold, and glibc's free heap pages (the update's activations and temporaries)."""
+        from omtr.model.checkpointing import forget_masks
+
         self.backend.zero_grad()
+        forget_masks()  # the attention mask the last checkpointed pass kept (~20 MB)
         gc.collect()
         trim_heap()
 
