@@ -157,9 +157,16 @@ def test_the_rollouts_keys_and_values_leave_when_freed_under_lean_memory():
     assert during - before > 60
     lean_left = after - before  # measured 3-16 MiB (torch's own first-use allocations among them)
     assert lean_left < 30, (before, during, after)
-    before, during, after = _fresh(_KV_GROWTH, "old")
-    old_left = after - before  # measured 125 MiB
-    assert old_left > lean_left + 60, ("the old threshold's heap keeps them (the test needs it)", before, during, after)
+    # The control: at the old threshold the heap keeps them (measured 125 MiB), unless glibc happens to
+    # trim its top in that process (seen once in CI: 9 MiB); the most any of three fresh processes kept.
+    runs = []
+    for _ in range(3):
+        before, during, after = _fresh(_KV_GROWTH, "old")
+        runs.append((after - before, before, during, after))
+        if runs[-1][0] > lean_left + 60:
+            break
+    old_left = max(r[0] for r in runs)
+    assert old_left > lean_left + 60, ("the old threshold's heap keeps them (the test needs it)", runs)
 
 
 TASKS = [TrainingTask(f"t{i}", "blocksworld", None, f"Put block b{i} on the table, then stack b{i + 1} on it.")
