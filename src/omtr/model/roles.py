@@ -358,8 +358,6 @@ class RoleModel(nn.Module):
 
     def _keep_block_prefix(self, block: list, tokens: tuple, role_index: int, out0, stored, ckpt: bool):
         """Store a prefix just computed in the block; returns the cache this micro-batch uses."""
-        from omtr.model.checkpointing import ReplayCache
-
         if ckpt:
             own = stored.layers_past()
         else:  # keys and values of a plain forward pass (with or without gradients)
@@ -369,7 +367,7 @@ class RoleModel(nn.Module):
             leaves = [(k.detach().float().requires_grad_(True), v.detach().float().requires_grad_(True))
                       for k, v in own]
         block.append((tokens, role_index, self._in_reference, own, leaves))
-        return self._block_cache(own, leaves) if leaves is not None else ReplayCache(len(own), past=own)
+        return self._block_cache(own, leaves)
 
     @contextlib.contextmanager
     def _checkpointed(self):
