@@ -3,6 +3,7 @@
     python benchmarks/evaluate_profile.py --out docs/results/evaluate-profile-DATE.json
     python benchmarks/evaluate_profile.py --count 2 --settings on --work /tmp/ep   # a smoke run
     python benchmarks/evaluate_profile.py --tasks my-tasks.jsonl --settings off,on
+    python benchmarks/evaluate_profile.py --settings on+bf16,on+fp32    # the engine's wide format too
     python benchmarks/evaluate_profile.py --method cprofile --count 4              # cProfile instead of timers
     python benchmarks/evaluate_profile.py --show /tmp/ep/result.json               # the table of a finished run
 
@@ -29,7 +30,11 @@ times, with the top functions by cumulative time; the ``.prof`` file stays in ``
 
 Beside the phases, the command's own instrumentation (metrics.json's timing and prefix-cache
 report, the traces' per-batch prefill/decode/Judge times) is read as a cross-check, and whether
-the two settings gave identical greedy outcomes. A table to stdout; one JSON object to ``--out``.
+the two settings gave identical greedy outcomes. A setting is the prefix cache (``on``/``off``),
+optionally with the fast engine's format for the many-token passes of its int8 down projection
+(``on+bf16``, ``on+fp32``: ``OMTR_PREFILL_WIDE`` in the command's environment; without it the
+engine's ``auto``). With two settings, ``speedup`` is the first one's time over the second's, and
+their greedy outcomes are compared. A table to stdout; one JSON object to ``--out``.
 Measure alone on the machine: two processes' threads on two cores halve each other.
 """
 
@@ -430,10 +435,12 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
            "--method", args.method, *(["--child-prof", str(prof)] if prof else []), "--",
            "--quiet", "evaluate", "--policy", "model", "--model", args.model, "--engine", "fast",
            "--tasks", str(tasks), "--out", str(out), "--overwrite", "--budget", str(args.budget),
-           "--prefix-cache", name, "--bootstrap", "200", "--workers", "2", *args.extra]
+           "--prefix-cache", name.split("+")[0], "--bootstrap", "200", "--workers", "2", *args.extra]
     log.info("[%s] %s", name, " ".join(cmd[cmd.index("--") + 1:]))
     logf = work / f"{name}.log"
     env = dict(os.environ)
+    if "+" in name:
+        env["OMTR_PREFILL_WIDE"] = name.split("+", 1)[1]
     with logf.open("w") as fh:
         t0 = time.perf_counter()
         env[SPAWN_ENV] = repr(time.time())
@@ -447,7 +454,7 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
     metrics = json.loads((out / "metrics.json").read_text())
     traces = read_traces(out)
     row = {
-        "prefix_cache": name, "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
+        "prefix_cache": name.split("+")[0], "prefill_wide": (name.split("+", 1)[1:] or ["auto"])[0], "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
         "phases": breakdown(rep, wall, t_exit - rep["end_time"]),
         "calls": rep.get("calls"),
         "instrumented": instrumented(metrics, traces),
@@ -527,8 +534,9 @@ def main(argv=None) -> int:
         ids = build_sample(tasks, args.count, args.seed, args.draw)
     log.info("%d tasks in %s; work folder %s", len(ids), tasks, work)
     settings = [s for s in args.settings.split(",") if s]
-    if any(s not in ("on", "off") for s in settings):
-        ap.error(f"--settings takes on and off, got {args.settings}")
+    if any(s.split("+")[0] not in ("on", "off") or s.split("+", 1)[1:] not in ([], ["bf16"], ["fp32"])
+           for s in settings):
+        ap.error(f"--settings takes on and off, each optionally +bf16 or +fp32, got {args.settings}")
     result: dict = {"benchmark": "evaluate_profile", "date": time.strftime("%Y-%m-%d"), "model": args.model,
                     "engine": "fast", "budget": args.budget, "method": args.method, "cores": os.cpu_count(),
                     "load_avg_at_start": list(os.getloadavg()),
@@ -537,12 +545,13 @@ def main(argv=None) -> int:
                     "table": [list(r) for r in PHASES], "runs": {}}
     for s in settings:
         result["runs"][s] = run_setting(s, tasks, work, args)
-    if {"on", "off"} <= set(result["runs"]):
-        on, off = read_traces(Path(result["runs"]["on"]["folder"])), read_traces(Path(result["runs"]["off"]["folder"]))
+    if len(result["runs"]) == 2:  # the first setting against the second
+        (off_name, off_run), (on_name, on_run) = result["runs"].items()
+        on, off = read_traces(Path(on_run["folder"])), read_traces(Path(off_run["folder"]))
         same = [i for i in off if i in on and outcome_key(on[i]) == outcome_key(off[i])]
-        result["identical_greedy_outcomes"] = {"tasks": len(off), "identical": len(same),
-                                               "differ": sorted(set(off) - set(same))}
-        result["speedup"] = round(result["runs"]["off"]["command_s"] / result["runs"]["on"]["command_s"], 2)
+        result["identical_greedy_outcomes"] = {"settings": [off_name, on_name], "tasks": len(off),
+                                               "identical": len(same), "differ": sorted(set(off) - set(same))}
+        result["speedup"] = round(off_run["command_s"] / on_run["command_s"], 2)
     result["load_avg_at_end"] = list(os.getloadavg())
     text = json.dumps(result, indent=2) + "\n"
     (work / "result.json").write_text(text)

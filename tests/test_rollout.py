@@ -166,8 +166,9 @@ def test_int8_engine_is_smaller_and_close(micro):
 
 def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
     """A slot kept in fp32 whose adapters run beside it (``keep_fp32=("down",)``) is the policy's
-    weight itself, not a copy, and is not counted as the engine's memory; by default the down
-    projection is the engine's own: int8 for decode steps plus a bf16 copy for many-token passes."""
+    weight itself, not a copy, and is not counted as the engine's memory. Otherwise the down
+    projection is int8 for decode steps plus a wide copy for many-token passes: a bf16 copy of its
+    own, or in fp32 the policy's tensor (no bytes beyond the int8 slot's)."""
     fp32_down = make_engine("fast", micro, keep_fp32=("down",))
     dec = getattr(micro.base_model, micro.base_model.base_model_prefix)
     own = {p.data_ptr() for p in micro.base_model.parameters()}
@@ -176,12 +177,58 @@ def test_fp32_linears_with_nothing_merged_are_the_policys_own_tensors(micro):
         policy_down = getattr(layer.mlp.down_proj, "base_layer", layer.mlp.down_proj)
         assert down.weight.data_ptr() == policy_down.weight.data_ptr()
         assert L.qkv.weight_bias()[0].int_repr().data_ptr() not in own  # a merged, quantized slot is the engine's
-    default = make_engine("fast", micro)
-    for L in default.weights["actor"].layers:
+    bf16 = make_engine("fast", micro, prefill_wide="bf16")
+    for L in bf16.weights["actor"].layers:
         down = getattr(L.down, "base", L.down)
         assert down.wide.weight.dtype == torch.bfloat16 and down.wide.weight.data_ptr() not in own
+    fp32_wide = make_engine("fast", micro, prefill_wide="fp32")  # the wide copy is the policy's own tensor
+    for L, layer in zip(fp32_wide.weights["actor"].layers, dec.layers):
+        down = getattr(L.down, "base", L.down)
+        policy_down = getattr(layer.mlp.down_proj, "base_layer", layer.mlp.down_proj)
+        assert down.wide.weight.data_ptr() == policy_down.weight.data_ptr()
     int8_down = make_engine("fast", micro, bf16_prefill=())  # down in int8 only: 1 byte a weight
-    assert fp32_down.memory_bytes() < int8_down.memory_bytes() < default.memory_bytes()
+    assert fp32_down.memory_bytes() < int8_down.memory_bytes() < bf16.memory_bytes()
+    assert fp32_wide.memory_bytes() == int8_down.memory_bytes()
+    assert make_engine("fast", micro).prefill_wide in ("bf16", "fp32")
+
+
+def test_the_wide_format_follows_the_cpus_bf16_speed(micro, monkeypatch, caplog):
+    """``prefill_wide=auto``: bf16 copies only where the CPU has native bf16 and its bf16 products
+    are the faster; elsewhere fp32, said in one info line. A one-token row takes the int8 step, a
+    many-token pass the wide copy (fp32: the plain product, to the bit); a bad name is an error."""
+    import logging
+
+    import torch.nn.functional as F
+
+    from omtr.model import precision
+    from omtr.rollout import fast
+
+    monkeypatch.setattr(precision, "bf16_support", lambda device="cpu": (True, ""))
+    monkeypatch.setattr(precision, "bf16_pays", lambda device="cpu": (False, "bf16 measured slower"))
+    with caplog.at_level(logging.INFO, logger="omtr.rollout"):
+        assert fast._wide_format("auto") == "fp32"
+    assert any("fp32, as bf16 measured slower" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(precision, "bf16_pays", lambda device="cpu": (True, ""))
+    assert fast._wide_format("auto") == "bf16"
+    monkeypatch.setattr(precision, "bf16_support", lambda device="cpu": (False, "no native bf16"))
+    assert fast._wide_format("auto") == "fp32"
+    assert fast._wide_format("bf16") == "bf16"
+    with pytest.raises(fast.EngineError, match="prefill_wide 'fp16'"):
+        fast._wide_format("fp16")
+    monkeypatch.setenv("OMTR_PREFILL_WIDE", "bf16")  # no prefill_wide given: the environment's
+    assert fast._wide_format(None) == "bf16" and make_engine("fast", micro).prefill_wide == "bf16"
+    monkeypatch.setenv("OMTR_PREFILL_WIDE", "half")
+    with pytest.raises(fast.EngineError, match="OMTR_PREFILL_WIDE 'half'"):
+        fast._wide_format(None)
+    monkeypatch.delenv("OMTR_PREFILL_WIDE")
+    assert make_engine("fast", micro, prefill_wide="auto").prefill_wide == "fp32"  # the patched probe
+
+    torch.manual_seed(0)
+    w, x = torch.randn(24, 40), torch.randn(1, 9, 40)
+    lin = fast._PrefillWideLinear(w, None, "fp32")
+    assert torch.equal(lin(x), F.linear(x, w))
+    assert torch.equal(lin(x[:, :1]), lin.step(x[:, :1])) and not torch.equal(lin(x[:, :1]), F.linear(x[:, :1], w))
+    assert fast._PrefillWideLinear(w, None, "bf16")(x).dtype == torch.float32
 
 
 def test_judge_fp32_slots_share_the_policys_tensors_with_the_same_scores(micro):
@@ -535,8 +582,11 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
     from omtr.inference.loading import load_policy
     from omtr.rollout import engine_info
 
-    assert engine_info(load_policy("micro")) == {"engine": "fast", "int8": True, "prefix_cache": True,
-                                                 "prefix_cache_mb": 1024.0}
+    from omtr.rollout.fast import _wide_format
+
+    wide = _wide_format("auto")  # bf16 or fp32, by this CPU
+    assert engine_info(load_policy("micro")) == {"engine": "fast", "int8": True, "prefill_wide": wide,
+                                                 "prefix_cache": True, "prefix_cache_mb": 1024.0}
     assert load_policy("micro", engine="auto").engine_name == "fast"
     ref = load_policy("micro", engine="hf")
     assert not hasattr(ref, "engine_name") or ref.engine_name == "hf"
@@ -556,7 +606,8 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
         run = json.loads((out / "run.json").read_text())
         seen[engine] = run["provenance"]["engine"]
         assert json.loads((out / "metrics.json").read_text())["provenance"]["engine"] == seen[engine]
-    assert seen[None] == {"engine": "fast", "int8": True, "prefix_cache": False, "prefix_cache_mb": 1024.0}
+    assert seen[None] == {"engine": "fast", "int8": True, "prefill_wide": wide, "prefix_cache": False,
+                          "prefix_cache_mb": 1024.0}
     assert seen["hf"] == {"engine": "hf"}
 
     import mlflow

@@ -27,9 +27,10 @@ What makes it faster than the role model's own ``generate`` on a CPU:
   computation is shared between different prompts), so greedy tokens and log-probs are equal.
 - **The Judge on the engine**: its adapter merged into fp32 weights (its scores are the policy's
   to float rounding), its prompts through the same prefill and prefix cache.
-- **The MLP's down projection** in int8 for decode steps and in bf16 for passes over many tokens
-  (its inputs at the role-vector positions are too large for a per-tensor int8 scale; see
-  :class:`_PrefillBf16Linear`).
+- **The MLP's down projection** in int8 for decode steps and, for passes over many tokens, in
+  bf16 where the CPU's bf16 products pay and in fp32 (the policy's own weights) elsewhere (its
+  inputs at the role-vector positions are too large for a per-tensor int8 scale; see
+  :class:`_PrefillWideLinear`, ``prefill_wide``).
 - **Only the head rows the grammar allows.** When the tokens any row may take next are few
   (names in scope, keywords, parentheses), only those rows of the head are multiplied (fp32, the
   policy's own weights), so the step skips the full vocabulary's logits, softmax and argmax; a row
@@ -137,9 +138,9 @@ class _Bf16Linear:
         return self.weight.numel() * 2 + (0 if self.bias is None else self.bias.numel() * 4)
 
 
-class _PrefillBf16Linear:
-    """int8 for decode steps (one token a row), bf16 for passes over many tokens a row (the shared
-    prefix, the rows' prefill).
+class _PrefillWideLinear:
+    """int8 for decode steps (one token a row); for passes over many tokens a row (the shared
+    prefix, the rows' prefill) a wide copy, bf16 where this CPU's bf16 products pay, else fp32.
 
     Why, for the MLP's down projection: its inputs reach ~2,600 at the role-vector positions of
     the prefix pass and ~85 elsewhere. int8's activation scale is one per tensor, so in a pass
@@ -147,21 +148,47 @@ class _PrefillBf16Linear:
     everywhere tripled the engine-vs-policy KL (0.32-0.37 against 0.10-0.15 a token, SmolLM2,
     BlocksWorld prompts, scoped grammar, 3 seeds); with these passes in bf16 (a per-element
     exponent) and the decode steps in int8 it stayed at 0.10-0.15, and a decode step is ~10%
-    shorter than with bf16 throughout. bf16 is also the faster of the two for many rows at once
-    (on CPUs with AMX or AVX512-BF16)."""
+    shorter than with bf16 throughout. fp32 has a per-element exponent too, and is the faster
+    wide format on most CPUs: a [1000, 1536] x [1536, 576] product on a 2-core AMD EPYC without
+    native bf16 ran at 149 GFLOP/s in fp32 and 20 in (emulated) bf16; on a Xeon with
+    avx512_bf16 but no AMX at ~340 against ~185 (:func:`omtr.model.precision.bf16_pays`). An fp32
+    wide copy of an unmerged base is the policy's own tensor (no bytes of its own)."""
 
     __slots__ = ("wide", "step", "out_features")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        self.wide = _Bf16Linear(weight, bias)
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, wide: str = "bf16"):
+        self.wide = _Bf16Linear(weight, bias) if wide == "bf16" else _linear(weight, bias)
         self.step = _Int8Linear(weight, bias)
         self.out_features = weight.shape[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.step(x) if x.dim() == 3 and x.shape[1] == 1 else self.wide(x)
 
-    def nbytes(self) -> int:
-        return self.wide.nbytes() + _int8_bytes(self.step)
+
+PREFILL_WIDE = ("auto", "bf16", "fp32")
+PREFILL_WIDE_ENV = "OMTR_PREFILL_WIDE"  # the engine's prefill_wide where none is given
+
+
+def _wide_format(name: str | None) -> str:
+    """The format of the int8 slots' copies for many-token passes: ``name``, or when None
+    ``$OMTR_PREFILL_WIDE``, or ``auto``: bf16 where the CPU has native bf16 and its bf16 products
+    are faster than its fp32 ones (the update's probe, :func:`omtr.model.precision.bf16_pays`),
+    else fp32; one info line says which and why."""
+    from omtr.model.precision import bf16_pays, bf16_support
+
+    source = "prefill_wide"
+    if name is None:
+        name, source = os.environ.get(PREFILL_WIDE_ENV) or "auto", PREFILL_WIDE_ENV
+    if name not in PREFILL_WIDE:
+        raise EngineError(f"{source} {name!r}: choose one of {', '.join(PREFILL_WIDE)}")
+    if name != "auto":
+        return name
+    ok, why = bf16_support("cpu")
+    if ok:
+        ok, why = bf16_pays("cpu")
+    if not ok:
+        log.info("fast engine: many-token passes of the down projection in fp32, as %s", why)
+    return "bf16" if ok else "fp32"
 
 
 def _int8_bytes(mod: _Int8Linear) -> int:
@@ -261,7 +288,7 @@ class FastEngine(OverModel):
     engine_name = "fast"
 
     def __init__(self, model, *, quantize: bool = True, threads: int | None = None,
-                 keep_fp32: Sequence[str] = (), bf16_prefill: Sequence[str] = ("down",),
+                 keep_fp32: Sequence[str] = (), bf16_prefill: Sequence[str] = ("down",), prefill_wide: str | None = None,
                  unmerged: Sequence[str] = ("gate_up", "down"), prefix_cache: bool = True,
                  prefix_cache_mb: float = PREFIX_CACHE_MB, prefix_block: int = PREFIX_BLOCK,
                  share_fp32: bool = True):
@@ -274,7 +301,9 @@ class FastEngine(OverModel):
         self.model = model
         self.quantize = quantize
         self.keep_fp32 = tuple(keep_fp32)  # slots (qkv, o, gate_up, down, head) left in fp32
-        self.bf16_prefill = tuple(bf16_prefill)  # int8 slots that also keep a bf16 copy for many-token passes
+        self.bf16_prefill = tuple(bf16_prefill)  # int8 slots that also keep a wide copy for many-token passes
+        # None: $OMTR_PREFILL_WIDE, else auto (bf16 where this CPU's bf16 products pay, else fp32)
+        self.prefill_wide = _wide_format(prefill_wide) if quantize and self.bf16_prefill else "fp32"
         self.unmerged = tuple(unmerged)  # slots whose adapters run beside one shared base (_Adapted)
         # fp32 slots of several unmerged linears (the Judge's gate/up) as the policy's own tensors side
         # by side (_Cat) rather than one concatenated copy (SmolLM2: 212 MB less); False: the copy
@@ -480,7 +509,7 @@ class FastEngine(OverModel):
             [b if b is not None else torch.zeros(w.shape[0]) for b, w in zip(bs, ws)])
         weight = torch.cat(ws) if len(ws) > 1 else ws[0]
         if quantize and slot in self.bf16_prefill:
-            return _PrefillBf16Linear(weight, bias)
+            return _PrefillWideLinear(weight, bias, self.prefill_wide)
         if quantize:
             return _Int8Linear(weight, bias)
         # Merged or concatenated weights are new tensors; a single fp32 linear with nothing merged in
@@ -504,7 +533,9 @@ class FastEngine(OverModel):
                 return mod_bytes(mod.base) + 4 * (mod.At.numel() + mod.Bt.numel())
             if isinstance(mod, _Cat):
                 return sum(mod_bytes(p) for p in mod.parts)
-            if isinstance(mod, (_Bf16Linear, _PrefillBf16Linear)):
+            if isinstance(mod, _PrefillWideLinear):
+                return mod_bytes(mod.wide) + _int8_bytes(mod.step)
+            if isinstance(mod, _Bf16Linear):
                 return mod.nbytes()
             if isinstance(mod, _Int8Linear):
                 return _int8_bytes(mod)
