@@ -581,7 +581,6 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
     from omtr.cli import main
     from omtr.inference.loading import load_policy
     from omtr.rollout import engine_info
-
     from omtr.rollout.fast import _wide_format
 
     wide = _wide_format("auto")  # bf16 or fp32, by this CPU
@@ -614,9 +613,9 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
 
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("engines")
-    params = sorted((r.data.params["engine"], r.data.params.get("engine.int8"))
+    params = sorted((r.data.params["engine"], r.data.params.get("engine.int8"), r.data.params.get("engine.prefill_wide"))
                     for r in client.search_runs([exp.experiment_id]))
-    assert params == [("fast", "True"), ("hf", None)]
+    assert params == [("fast", "True", wide), ("hf", None, None)]
 
 
 def _update_once(micro, tmp_path, reuse: bool, refused: bool = False, **settings):
