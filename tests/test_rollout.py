@@ -735,3 +735,55 @@ def test_a_prompt_prefix_once_per_step_trains_as_one_per_micro_batch(micro, tmp_
     assert any(".judge." in n for n in moved) and any(".actor." in n for n in moved)
     for n in params_once:  # the same sums in another order: float rounding
         torch.testing.assert_close(params_once[n], params_each[n], atol=1e-5, rtol=1e-4)
+
+
+def test_split_attention_equals_one_masked_pass_over_prefix_and_rows():
+    """The rows' prefill attention as two flash passes (the segment's prefix for all its rows at
+    once, each row's own tokens causally) merged by log-sum-exp equals one masked pass over
+    ``[prefix; own keys]``: left-padded rows of different lengths, two segments, a segment without
+    a prefix, grouped-query heads."""
+    import torch.nn.functional as F
+
+    from omtr.rollout.fast import _split_attention
+
+    torch.manual_seed(3)
+    B, S, nh, kv, d = 4, 23, 6, 2, 16
+    lens = [23, 9, 1, 15]
+    qt = torch.randn(B, S, nh, d).transpose(1, 2)  # the engine's layout: a transposed view
+    K, V = torch.randn(B, kv, S, d), torch.randn(B, kv, S, d)
+    valid = torch.zeros(B, S, dtype=torch.bool)
+    for r, n in enumerate(lens):
+        valid[r, S - n:] = True
+    own = torch.tril(torch.ones(S, S, dtype=torch.bool)).unsqueeze(0) & valid.unsqueeze(1)
+    for P0, P1 in ((31, 7), (0, 12)):
+        prefixes = [(torch.randn(kv, P, d).transpose(-1, -2).contiguous(), torch.randn(kv, P, d)) for P in (P0, P1)]
+        idx = [torch.tensor([0, 2]), torch.tensor([1, 3])]
+        out = _split_attention(qt, K, V, list(zip(prefixes, idx)), lens)
+        for (KpT, Vp), rows in zip(prefixes, idx):
+            P = KpT.shape[-1]
+            mask = torch.cat([torch.ones(len(rows), S, P, dtype=torch.bool), own[rows]], -1).unsqueeze(1)
+            Kf = torch.cat([KpT.transpose(-1, -2).unsqueeze(0).expand(len(rows), -1, -1, -1), K[rows]], 2)
+            Vf = torch.cat([Vp.unsqueeze(0).expand(len(rows), -1, -1, -1), V[rows]], 2)
+            ref = F.scaled_dot_product_attention(qt[rows], Kf, Vf, attn_mask=mask, enable_gqa=True)
+            for j, r in enumerate(rows.tolist()):
+                a = S - lens[r]
+                assert torch.allclose(out[r, :, a:], ref[j, :, a:], atol=1e-5), (P, r)
+                assert torch.isfinite(out[r]).all()
+
+
+def test_split_attention_in_the_engine_gives_the_masked_paths_tokens_and_scores(micro):
+    """On the exact engine (no int8), the split prefill attention (the default) and the earlier
+    masked pass give the same greedy tokens, log-probs and Judge scores (to float rounding), with
+    prompts of two families (two segments) and the prefix cache on and off."""
+    prompts = _family_prompts(3)
+    for cache in (True, False):
+        split = make_engine("fast", micro, quantize=False, prefix_block=8, prefix_cache=cache)
+        masked = make_engine("fast", micro, quantize=False, prefix_block=8, prefix_cache=cache, split_attention=False)
+        assert split.split_attention and not masked.split_attention
+        a = split.generate("actor", prompts, GREEDY, constraint="off")
+        b = masked.generate("actor", prompts, GREEDY, constraint="off")
+        assert split.last_groups == masked.last_groups and len(split.last_groups) == 2  # two segments
+        assert [g.token_ids for g in a] == [g.token_ids for g in b]
+        for x, y in zip(a, b):
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+        assert max(abs(p - q) for p, q in zip(split.judge(prompts), masked.judge(prompts))) < 1e-5

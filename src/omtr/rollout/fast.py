@@ -291,7 +291,7 @@ class FastEngine(OverModel):
                  keep_fp32: Sequence[str] = (), bf16_prefill: Sequence[str] = ("down",), prefill_wide: str | None = None,
                  unmerged: Sequence[str] = ("gate_up", "down"), prefix_cache: bool = True,
                  prefix_cache_mb: float = PREFIX_CACHE_MB, prefix_block: int = PREFIX_BLOCK,
-                 share_fp32: bool = True):
+                 share_fp32: bool = True, split_attention: bool = True):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -308,6 +308,9 @@ class FastEngine(OverModel):
         # fp32 slots of several unmerged linears (the Judge's gate/up) as the policy's own tensors side
         # by side (_Cat) rather than one concatenated copy (SmolLM2: 212 MB less); False: the copy
         self.share_fp32 = bool(share_fp32)
+        # the rows' prefill attention in two flash passes merged by their log-sum-exp (_split_attention);
+        # False: one masked pass over [prefix; own keys] per segment (the earlier path)
+        self.split_attention = bool(split_attention)
         self.exact = not quantize
         self.threads = threads
         self.H = cfg.hidden_size
@@ -614,6 +617,8 @@ class FastEngine(OverModel):
                         segs.append((pre, idx, None))
             if S == 1:
                 hidden = ~own_mask.unsqueeze(1)  # [B, 1, 1, T]: the rows' own keys a decode query does not see
+            elif self.split_attention:
+                lens = own_mask[:, -1].sum(-1).tolist()  # each row's own tokens (the last position is always one)
             else:
                 full = []
                 for pre, idx, _ in segs:
@@ -642,6 +647,10 @@ class FastEngine(OverModel):
                 else:
                     att = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=chunk_mask,
                                                          enable_gqa=True)
+                att = att.transpose(1, 2).reshape(B, S, nh * d)
+            elif S > 1 and self.split_attention:  # the rows' prefill: prefix and own keys apart, merged
+                K, V = cache.append(i, k, v)  # [B, kv, T, d]
+                att = _split_attention(q.transpose(1, 2), K, V, [(pre[i], idx) for pre, idx, _ in segs], lens)
                 att = att.transpose(1, 2).reshape(B, S, nh * d)
             elif S > 1:  # the rows' prefill: each row's keys are [its segment's prefix; own tokens]
                 K, V = cache.append(i, k, v)  # [B, kv, T, d]
@@ -1075,6 +1084,45 @@ class FastEngine(OverModel):
                             if states and mode == "scoped" else {})},
             ))
         return gens
+
+
+def _split_attention(qt: torch.Tensor, K: torch.Tensor, V: torch.Tensor, segs: list, lens: list[int]) -> torch.Tensor:
+    """The rows' prefill attention, ``[B, heads, S, d]``, as two flash passes per segment instead of
+    one masked pass over ``[prefix; own keys]``: every query sees the whole prefix, so the segment's
+    rows go through it as one long batch of one (the prefix's keys are not repeated per row, no mask
+    is built); each row's own tokens then attend causally to themselves (``is_causal``: the kernel
+    skips the blocks above the diagonal; the row's padding is sliced off). The two partial results
+    are merged by their log-sum-exps, ``o = w o_prefix + (1 - w) o_own`` with ``w = sigmoid(lse_prefix
+    - lse_own)``: the same attention to float rounding.
+
+    ``qt`` [B, heads, S, d] (rows left-padded to S), ``K``/``V`` [B, kv, S, d] the rows' own keys and
+    values, ``segs`` (``(Kᵀ [kv, d, P], V [kv, P, d])`` of the layer, the segment's rows or None for
+    all), ``lens`` each row's own tokens. A padded position gets the prefix's part alone (finite;
+    nothing reads it)."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    B, nh, S, d = qt.shape
+    out = qt.new_empty((B, nh, S, d))
+    for (KpT, Vp), idx in segs:
+        rows = list(range(B)) if idx is None else idx.tolist()
+        b, P = len(rows), KpT.shape[-1]
+        if P:
+            qr = qt if idx is None else qt[idx]
+            qf = qr.transpose(0, 1).reshape(1, nh, b * S, d)  # the rows one after another, as queries
+            # the kernel reads keys with a unit stride in d (a transposed view gives wrong values, silently)
+            Kp = KpT.transpose(-1, -2).contiguous().unsqueeze(0)
+            o1, l1 = flash(qf, Kp, Vp.unsqueeze(0), 0.0, False)[:2]
+            o1, l1 = o1.view(nh, b, S, d).transpose(0, 1), l1.view(nh, b, S).transpose(0, 1)
+        for j, r in enumerate(rows):
+            a = S - lens[r]
+            o2, l2 = flash(qt[r:r + 1, :, a:], K[r:r + 1, :, a:], V[r:r + 1, :, a:], 0.0, True)[:2]
+            if not P:
+                out[r, :, a:] = o2[0]
+                out[r, :, :a] = 0.0
+                continue
+            w = torch.sigmoid(l1[j, :, a:] - l2[0]).unsqueeze(-1)  # the prefix's share of each query's weight
+            out[r, :, a:] = torch.lerp(o2[0], o1[j, :, a:], w)
+            out[r, :, :a] = o1[j, :, :a]
+    return out
 
 
 class _RowCache:
