@@ -16,7 +16,10 @@ What makes it faster than the role model's own ``generate`` on a CPU:
   (a family's prompts: role vectors, system prompt, demonstration, given domain, description);
   each segment's prefix is held once as a batch of one and never repeated per row; each row's
   own tokens and answer sit in a per-row cache that grows in blocks and shrinks when sequences
-  finish. All rows decode together, each attending to its segment's prefix.
+  finish. All rows decode together, each attending to its segment's prefix. In the rows' prefill
+  a segment's rows attend to its prefix as one long batch of one and to their own tokens causally,
+  two flash passes merged by log-sum-exp (:func:`_split_attention`; ``split_attention=False``:
+  one masked pass).
 - **A prefix cache across prompts and calls** (:mod:`omtr.rollout.prefix_cache`, the way of vLLM's
   automatic prefix caching and SGLang's RadixAttention): a prefix is computed in chunks of
   ``prefix_block`` tokens from the prompt's start, and full chunks are kept as blocks found by
