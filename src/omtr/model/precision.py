@@ -68,9 +68,7 @@ def resolve_update_dtype(name: str, device: str = "cpu") -> str:
     if name not in UPDATE_DTYPES:
         raise ValueError(f"update_dtype {name!r}: choose one of {', '.join(UPDATE_DTYPES)}")
     if name == "auto":
-        ok, why = bf16_support(device)
-        if ok:
-            ok, why = bf16_pays(device)
+        ok, why = bf16_preferred(device)
         if not ok:
             log.info("update_dtype=auto: fp32, as %s", why)
         return "bf16" if ok else "fp32"
@@ -80,6 +78,14 @@ def resolve_update_dtype(name: str, device: str = "cpu") -> str:
             log.warning("update_dtype=bf16 asked for, but %s: the update runs in fp32", why)
             return "fp32"
     return name
+
+
+def bf16_preferred(device: str = "cpu") -> tuple[bool, str]:
+    """What ``auto`` asks wherever a format is chosen (the update here, the fast engine's wide
+    passes): bf16 only where ``device`` has it natively (:func:`bf16_support`) and it computes
+    faster there (:func:`bf16_pays`); else False and in words why not."""
+    ok, why = bf16_support(device)
+    return bf16_pays(device) if ok else (ok, why)
 
 
 # bf16 must beat fp32 by this factor on the probe's product for `auto` to choose it

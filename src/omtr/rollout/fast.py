@@ -175,9 +175,9 @@ PREFILL_WIDE_ENV = "OMTR_PREFILL_WIDE"  # the engine's prefill_wide where none i
 def _wide_format(name: str | None) -> str:
     """The format of the int8 slots' copies for many-token passes: ``name``, or when None
     ``$OMTR_PREFILL_WIDE``, or ``auto``: bf16 where the CPU has native bf16 and its bf16 products
-    are faster than its fp32 ones (the update's probe, :func:`omtr.model.precision.bf16_pays`),
+    are faster than its fp32 ones (the update's rule, :func:`omtr.model.precision.bf16_preferred`),
     else fp32; one info line says which and why."""
-    from omtr.model.precision import bf16_pays, bf16_support
+    from omtr.model.precision import bf16_preferred
 
     source = "prefill_wide"
     if name is None:
@@ -186,9 +186,7 @@ def _wide_format(name: str | None) -> str:
         raise EngineError(f"{source} {name!r}: choose one of {', '.join(PREFILL_WIDE)}")
     if name != "auto":
         return name
-    ok, why = bf16_support("cpu")
-    if ok:
-        ok, why = bf16_pays("cpu")
+    ok, why = bf16_preferred("cpu")
     if not ok:
         log.info("fast engine: many-token passes of the down projection in fp32, as %s", why)
     return "bf16" if ok else "fp32"
