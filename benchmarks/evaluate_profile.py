@@ -427,7 +427,17 @@ def largest_shares(phases: dict[str, float], n: int = 3) -> list[tuple[str, floa
 
 # ----------------------------------------------------------------------------- the parent
 
+def parse_setting(name: str) -> tuple[str, str | None]:
+    """A setting's prefix cache (``on``/``off``) and the engine's wide format (``bf16``/``fp32``,
+    None: the engine's own ``auto``): ``on``, ``off+fp32``; ValueError naming it otherwise."""
+    cache, plus, wide = name.partition("+")
+    if cache not in ("on", "off") or wide not in (("bf16", "fp32") if plus else ("",)):
+        raise ValueError(f"setting {name!r}: on or off, optionally +bf16 or +fp32")
+    return cache, wide or None
+
+
 def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
+    cache, wide = parse_setting(name)
     out = work / name
     report = work / f"{name}.child.json"
     prof = work / f"{name}.prof" if args.method == "cprofile" else None
@@ -435,12 +445,12 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
            "--method", args.method, *(["--child-prof", str(prof)] if prof else []), "--",
            "--quiet", "evaluate", "--policy", "model", "--model", args.model, "--engine", "fast",
            "--tasks", str(tasks), "--out", str(out), "--overwrite", "--budget", str(args.budget),
-           "--prefix-cache", name.split("+")[0], "--bootstrap", "200", "--workers", "2", *args.extra]
+           "--prefix-cache", cache, "--bootstrap", "200", "--workers", "2", *args.extra]
     log.info("[%s] %s", name, " ".join(cmd[cmd.index("--") + 1:]))
     logf = work / f"{name}.log"
     env = dict(os.environ)
-    if "+" in name:
-        env["OMTR_PREFILL_WIDE"] = name.split("+", 1)[1]
+    if wide:
+        env["OMTR_PREFILL_WIDE"] = wide
     with logf.open("w") as fh:
         t0 = time.perf_counter()
         env[SPAWN_ENV] = repr(time.time())
@@ -454,7 +464,7 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
     metrics = json.loads((out / "metrics.json").read_text())
     traces = read_traces(out)
     row = {
-        "prefix_cache": name.split("+")[0], "prefill_wide": (name.split("+", 1)[1:] or ["auto"])[0], "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
+        "prefix_cache": cache, "prefill_wide": wide or "auto", "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
         "phases": breakdown(rep, wall, t_exit - rep["end_time"]),
         "calls": rep.get("calls"),
         "instrumented": instrumented(metrics, traces),
@@ -534,9 +544,11 @@ def main(argv=None) -> int:
         ids = build_sample(tasks, args.count, args.seed, args.draw)
     log.info("%d tasks in %s; work folder %s", len(ids), tasks, work)
     settings = [s for s in args.settings.split(",") if s]
-    if any(s.split("+")[0] not in ("on", "off") or s.split("+", 1)[1:] not in ([], ["bf16"], ["fp32"])
-           for s in settings):
-        ap.error(f"--settings takes on and off, each optionally +bf16 or +fp32, got {args.settings}")
+    for s in settings:
+        try:
+            parse_setting(s)
+        except ValueError as exc:
+            ap.error(f"--settings: {exc}")
     result: dict = {"benchmark": "evaluate_profile", "date": time.strftime("%Y-%m-%d"), "model": args.model,
                     "engine": "fast", "budget": args.budget, "method": args.method, "cores": os.cpu_count(),
                     "load_avg_at_start": list(os.getloadavg()),

@@ -191,3 +191,15 @@ def test_allocate_spreads_the_count():
     assert ep.allocate(18) == {"blocksworld": 5, "mystery_blocksworld": 5, "logistics": 4, "depots": 4}
     assert ep.allocate(2) == {"blocksworld": 1, "mystery_blocksworld": 1, "logistics": 0, "depots": 0}
     assert sum(ep.allocate(12).values()) == 12
+
+
+def test_a_setting_names_the_prefix_cache_and_optionally_the_engines_wide_format():
+    import re
+
+    ep = _bench()
+    assert ep.parse_setting("on") == ("on", None)
+    assert ep.parse_setting("off+fp32") == ("off", "fp32")
+    assert ep.parse_setting("on+bf16") == ("on", "bf16")
+    for bad in ("maybe", "on+fp16", "on+", "+bf16"):
+        with pytest.raises(ValueError, match=f"setting '{re.escape(bad)}'"):
+            ep.parse_setting(bad)
