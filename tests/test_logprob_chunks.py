@@ -525,12 +525,19 @@ def test_adapter_input_casts_stay_on_a_mixed_dtype_model():
 # ------------------------------------------------------------------ one prompt prefix for several micro-batches
 
 def _decoder_calls(m):
-    """A list that grows by the batch size of every decoder forward pass."""
+    """A list that grows by the rows of every decoder forward pass: its batch size, or the number of
+    rows a packed pass carries in its one row (omtr.model.checkpointing.packed_rows)."""
+    from omtr.model import checkpointing as ck
+
     base = m.base_model
     decoder = getattr(base, base.base_model_prefix)
     calls = []
-    handle = decoder.register_forward_pre_hook(lambda mod, args, kw: calls.append(kw["inputs_embeds"].shape[0]),
-                                               with_kwargs=True)
+
+    def rows(mod, args, kw):
+        layout = getattr(ck._packed, "value", None)
+        calls.append(len(layout[1]) if layout else kw["inputs_embeds"].shape[0])
+
+    handle = decoder.register_forward_pre_hook(rows, with_kwargs=True)
     return calls, handle
 
 
@@ -664,13 +671,17 @@ def test_checkpointed_layers_keep_the_attention_for_the_recomputation(micro, com
     _, comps = completions["scoped"]
     _use(micro, CHUNK)
     _with_ckpt(micro, True)
+    micro.cfg = micro.cfg.replace(pack_rows=False)  # the padded batch (packed rows: tests/test_packed_rows.py)
     layers = len(decoder_layers(micro.base_model))
     assert micro.base_model.config._attn_implementation == "sdpa"
     micro.zero_grad(set_to_none=True)
-    with Kernels():
-        lp, _ = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
-        forward = Kernels.n
-        (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+    try:
+        with Kernels():
+            lp, _ = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+            forward = Kernels.n
+            (lp * torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)).sum().backward()
+    finally:
+        micro.cfg = micro.cfg.replace(pack_rows=True)
     assert forward == 2 * layers, "the prefix's pass and the rows' ran the kernel in every layer"
     assert Kernels.n == forward + layers, "the recomputation ran the prefix's attention only (no mask), not the rows'"
     assert micro.base_model.config._attn_implementation == "sdpa", "switched only inside the layers' calls"

@@ -377,6 +377,15 @@ class ModelConfig:
                           "(spread evenly over the stack); the others keep theirs. 1.0: every layer (least memory), "
                           "0.5: every other layer (half the recompute for about half the activations' memory)."},
     )
+    pack_rows: bool = field(
+        default=True,
+        metadata={"help": "In the passes that train and score (PPO and old log-probabilities, the Judge's scores) on a "
+                          "CPU, a micro-batch's rows go through the layers as one row of packed sequences over their "
+                          "shared prompt prefix, with no padding; each row attends to the prefix and its own tokens "
+                          "(torch's CPU flash-attention kernels, one pass for the prefix and a causal one per row). The "
+                          "same values within float rounding, fewer tokens and no masked attention. False: the "
+                          "left-padded batch."},
+    )
     logprob_chunk: int = field(
         default=512,
         metadata={"help": "Token log-probabilities for PPO (old log-probs, reference and update passes) are taken from "
@@ -401,6 +410,8 @@ class ModelConfig:
             raise ConfigError("lora_targets is empty; name modules such as q_proj, v_proj")
         if not 0 <= self.lora_dropout < 1:
             raise ConfigError("lora_dropout must be in [0, 1)")
+        if not isinstance(self.pack_rows, bool):
+            raise ConfigError(f"pack_rows must be true or false, got {self.pack_rows!r}")
         if isinstance(self.logprob_chunk, bool) or not isinstance(self.logprob_chunk, int) or self.logprob_chunk < 0:
             raise ConfigError(f"logprob_chunk must be a whole number >= 0 (0: the whole batch's logits), "
                               f"got {self.logprob_chunk!r}")

@@ -104,29 +104,37 @@ _active = threading.local()  # (store, mode) of the checkpointed region running 
 
 class _AttentionStore:
     """One checkpointed layer call's attention results: kept by its forward pass, taken back in
-    order by its recomputation (a layer calls its attention once per pass)."""
+    order by its recomputation (a layer calls its attention once per pass). A call made during a
+    packed-rows pass (:func:`packed_rows`) remembers the rows' layout, which its recomputation (in
+    the backward pass, after the pass has returned) needs again."""
 
     def __init__(self, config):
         self.config, self.kept, self.next = config, [], 0
+        self.packed = getattr(_packed, "value", None)
 
     def contexts(self):
         return self._region("keep"), self._region("replay")
 
     @contextlib.contextmanager
     def _region(self, mode):
-        previous = getattr(_active, "value", None)
+        previous, previous_packed = getattr(_active, "value", None), getattr(_packed, "value", None)
         impl = self.config._attn_implementation
-        switch = impl == "sdpa"
-        _active.value = (self, mode) if switch else None
-        if switch:
-            self.config._attn_implementation = KEPT_SDPA
+        if self.packed is not None:  # the packed rows' attention, in the forward pass and its recomputation
+            target = PACKED
+        else:
+            target = KEPT_SDPA if impl == "sdpa" else None
+        _active.value = (self, mode) if target else None
+        if target:
+            self.config._attn_implementation = target
+            _packed.value = self.packed
         if mode == "replay":
             self.next = 0
         try:
             yield
         finally:
             _active.value = previous
-            if switch:
+            _packed.value = previous_packed
+            if target:
                 self.config._attn_implementation = impl
 
 
@@ -210,6 +218,164 @@ def _register() -> None:
 
     AttentionInterface.register(KEPT_SDPA, kept_sdpa)
     AttentionMaskInterface.register(KEPT_SDPA, sdpa_mask)
+    AttentionInterface.register(PACKED, packed_attention)
+    AttentionMaskInterface.register(PACKED, _no_mask)
+
+
+# ---------------------------------------------------------------------- packed rows
+
+PACKED = "omtr_packed_rows"  # the packed rows' attention function's name in transformers' registry
+_packed = threading.local()  # (prefix length, rows' lengths) of the packed-rows pass running on this thread
+_FLASH = None
+
+
+def _flash():
+    global _FLASH
+    if _FLASH is None:
+        _FLASH = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+                  torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
+    return _FLASH
+
+
+def _no_mask(*args, **kwargs):
+    """The packed rows' attention reads the rows' layout, not a mask: none is built."""
+    return None
+
+
+def packing_applies(config, device) -> bool:
+    """Whether a forward pass of this model on ``device`` can take packed rows: torch's CPU flash
+    attention kernels behind transformers' sdpa attention, without dropout."""
+    return (getattr(device, "type", str(device)) == "cpu" and getattr(config, "_attn_implementation", None) == "sdpa"
+            and not getattr(config, "attention_dropout", 0.0))
+
+
+@contextlib.contextmanager
+def packed_rows(config, prefix: int, lengths):
+    """Inside: the model's attention takes one row of packed sequences (the rows of a batch one
+    after another, no padding) over a shared ``prefix`` of that many key positions (the cache's
+    past): each packed row attends to the whole prefix and causally to its own tokens, never to
+    another row's (:func:`packed_attention`). Positions are the caller's (each row's restart after
+    the prefix)."""
+    _register()
+    impl, previous = config._attn_implementation, getattr(_packed, "value", None)
+    config._attn_implementation = PACKED
+    _packed.value = (int(prefix), tuple(int(n) for n in lengths))
+    try:
+        yield
+    finally:
+        config._attn_implementation = impl
+        _packed.value = previous
+
+
+def _segments(lengths):
+    off = 0
+    for n in lengths:
+        yield off, n
+        off += n
+
+
+class _PackedAttention(torch.autograd.Function):
+    """Attention of packed rows over a shared prefix, as two kinds of flash-attention passes:
+    every row's queries against the prefix's keys in one unmasked pass (the query heads of one
+    key head folded into its query positions, so the prefix's keys are neither expanded per row
+    nor per head), and each row's queries against its own keys in a causal pass. The two partial
+    results are merged by their log-sum-exps. The backward pass runs the kernel's backward on
+    each part with the merged output and log-sum-exp: that gives every part the probabilities of
+    the whole softmax, so the gradients are those of the one attention over prefix and row."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, prefix, lengths, kept):
+        fwd, _ = _flash()
+        _, H, N, D = q.shape
+        KV = k.shape[1]
+        G = H // KV
+        q = q.contiguous()
+        if kept is not None:
+            out, lse = kept
+        else:
+            out = torch.empty_like(q)
+            lse = torch.empty((1, H, N), dtype=torch.float32, device=q.device)
+            for off, n in _segments(lengths):  # own keys, causal
+                ks = k[:, :, prefix + off:prefix + off + n].repeat_interleave(G, dim=1).contiguous()
+                vs = v[:, :, prefix + off:prefix + off + n].repeat_interleave(G, dim=1).contiguous()
+                o, s = fwd(q[:, :, off:off + n].contiguous(), ks, vs, 0.0, True, scale=scale)
+                out[:, :, off:off + n] = o
+                lse[:, :, off:off + n] = s
+            if prefix:
+                o1, s1 = fwd(q.view(1, KV, G * N, D), k[:, :, :prefix].contiguous(), v[:, :, :prefix].contiguous(),
+                             0.0, False, scale=scale)
+                o1, s1 = o1.reshape(1, H, N, D), s1.reshape(1, H, N)
+                total = torch.logaddexp(s1, lse)
+                out = (o1.float() * (s1 - total).exp_().unsqueeze(-1)
+                       + out.float() * (lse - total).exp_().unsqueeze(-1)).to(q.dtype)
+                lse = total
+        ctx.scale, ctx.prefix, ctx.lengths = scale, prefix, lengths
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        _, bwd = _flash()
+        q, k, v, out, lse = ctx.saved_tensors
+        scale, prefix = ctx.scale, ctx.prefix
+        _, H, N, D = q.shape
+        KV = k.shape[1]
+        G = H // KV
+        grad_out, out = grad_out.contiguous(), out.contiguous()
+        gq = torch.zeros_like(q)
+        gk, gv = torch.zeros_like(k), torch.zeros_like(v)
+        if prefix:
+            kp, vp = k[:, :, :prefix].contiguous(), v[:, :, :prefix].contiguous()
+            gqf, gkp, gvp = bwd(grad_out.view(1, KV, G * N, D), q.view(1, KV, G * N, D), kp, vp,
+                                out.view(1, KV, G * N, D), lse.reshape(1, KV, G * N), 0.0, False, scale=scale)
+            gq += gqf.reshape(1, H, N, D)
+            gk[:, :, :prefix] = gkp
+            gv[:, :, :prefix] = gvp
+        for off, n in _segments(ctx.lengths):
+            sl = slice(off, off + n)
+            ks = k[:, :, prefix + off:prefix + off + n].repeat_interleave(G, dim=1).contiguous()
+            vs = v[:, :, prefix + off:prefix + off + n].repeat_interleave(G, dim=1).contiguous()
+            gqs, gks, gvs = bwd(grad_out[:, :, sl].contiguous(), q[:, :, sl].contiguous(), ks, vs,
+                                out[:, :, sl].contiguous(), lse[:, :, sl].contiguous(), 0.0, True, scale=scale)
+            gq[:, :, sl] += gqs
+            gk[:, :, prefix + off:prefix + off + n] = gks.reshape(1, KV, G, n, D).sum(2)
+            gv[:, :, prefix + off:prefix + off + n] = gvs.reshape(1, KV, G, n, D).sum(2)
+        return gq, gk, gv, None, None, None, None
+
+
+def packed_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' attention function for a packed-rows pass (:func:`packed_rows`): ``query``
+    [1, heads, rows' tokens, dim]; ``key``/``value`` the prefix's positions then the rows'. Inside
+    a checkpointed layer the output is kept for (or taken back in) its recomputation, as
+    :func:`kept_sdpa` does."""
+    layout = getattr(_packed, "value", None)
+    if layout is None:
+        raise RuntimeError("packed rows' attention outside a packed-rows pass (omtr.model.checkpointing.packed_rows)")
+    prefix, lengths = layout
+    if dropout or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+        raise RuntimeError("packed rows take plain attention: no dropout, soft-capping or position bias; "
+                           "--set pack_rows=false")
+    if query.shape[0] != 1 or query.shape[2] != sum(lengths) or key.shape[2] != prefix + sum(lengths):
+        raise RuntimeError(f"packed rows: queries {tuple(query.shape)} and keys {tuple(key.shape)} do not match a "
+                           f"prefix of {prefix} and rows of {sum(lengths)} tokens")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    if not query.dtype == key.dtype == value.dtype:  # e.g. a stored fp32 prefix under a bf16 autocast
+        dtype = (torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
+                 else torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype))
+        query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    state = getattr(_active, "value", None)
+    kept, store, mode = None, None, None
+    if state is not None:
+        store, mode = state
+        if mode == "replay" and store.next < len(store.kept):
+            kept = store.kept[store.next]
+            store.next += 1
+    out, lse = _PackedAttention.apply(query, key, value, scaling, prefix, lengths, kept)
+    if mode == "keep":
+        store.kept.append((out.detach(), lse))
+    return out.transpose(1, 2).contiguous(), None
 
 
 @contextlib.contextmanager

@@ -196,7 +196,7 @@ class RoleModel(nn.Module):
         return sum(p._version for p in self.parameters())
 
     def _prefill(self, seqs: list[list[int]], role_index: int, *, logits_to_keep: int, reuse: bool,
-                 max_prefix: int | None = None):
+                 max_prefix: int | None = None, pack: bool = False):
         """The forward pass over ``[e_ρ; prompt]`` rows, sharing their common token prefix.
 
         Prompts of one batch mostly start alike (the system prompt and the family's
@@ -210,6 +210,11 @@ class RoleModel(nn.Module):
         ``max_prefix`` caps the shared prefix: the positions whose logits are kept must lie in
         every row's own part (token log-probs: the prefix may not reach into a completion, which
         identical prompts with completions that start alike would otherwise allow).
+
+        ``pack`` (the training passes, :meth:`_final_hidden`; where ``pack_rows`` is on and the
+        attention is torch's CPU kernels): the rows' own tokens go through the network as one row,
+        one after another without padding (:func:`omtr.model.checkpointing.packed_rows`); then the
+        output's states are that packed row and the return is ``(output, None, lengths)``.
 
         Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
         position ids the rows' own part."""
@@ -266,11 +271,16 @@ class RoleModel(nn.Module):
                 stored = self._keep_block_prefix(block, tuple(seqs[0][:p]), role_index, out0, stored, ckpt)
             if reuse:
                 self._prefixes[(role_index, self._in_reference)] = (tuple(seqs[0][:p]), self._params_version(), stored)
+        B = len(seqs)
+        if pack and B > 1 and not reuse and getattr(self.cfg, "pack_rows", True):
+            from omtr.model.checkpointing import packing_applies
+
+            if packing_applies(lm.config, self.device):
+                return self._packed_rows(lm, stored, seqs, p, logits_to_keep)
         if reuse:
             cache = copy.deepcopy(stored)  # the stored prefix stays a batch of one, unextended
         else:
             cache = stored
-        B = len(seqs)
         cache.batch_repeat_interleave(B)  # a ReplayCache expands its batch of one instead
         rows = [s[p:] for s in seqs]
         S = max(len(r) for r in rows)
@@ -286,6 +296,30 @@ class RoleModel(nn.Module):
         out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
                  logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
         return out, attn, pos
+
+    def _packed_rows(self, lm, stored, seqs: list[list[int]], p: int, logits_to_keep: int):
+        """The rows' own tokens over a stored prefix (its cache, a batch of one) as one packed row:
+        no padding goes through the layers, each row's positions continue the prefix's, and its
+        attention sees the prefix and its own earlier tokens (omtr.model.checkpointing.packed_rows).
+        Returns ``(output, None, lengths)``."""
+        from omtr.model.checkpointing import ReplayCache, packed_rows
+
+        if isinstance(stored, ReplayCache):
+            past = stored.layers_past()
+        else:  # a plain forward pass's cache
+            past = [(layer.keys, layer.values) for layer in stored.layers]
+        cache = ReplayCache(len(past), past=past)
+        R = self.cfg.role_vectors
+        rows = [s[p:] for s in seqs]
+        lengths = [len(r) for r in rows]
+        ids = torch.tensor([[t for r in rows for t in r]], dtype=torch.long, device=self.device)
+        pos = torch.cat([torch.arange(R + p, R + p + n, device=self.device) for n in lengths]).unsqueeze(0)
+        attn = torch.ones((1, R + p + ids.shape[1]), dtype=torch.long, device=self.device)
+        emb = lm.get_input_embeddings()(ids)
+        with packed_rows(lm.config, R + p, lengths):
+            out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
+                     logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
+        return out, None, lengths
 
     @contextlib.contextmanager
     def prefix_block(self):
@@ -438,10 +472,17 @@ class RoleModel(nn.Module):
         hook = decoder.register_forward_hook(keep)
         try:
             with self._checkpointed():
-                self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix)
+                _, attn, lengths = self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix,
+                                                 pack=True)
         finally:
             hook.remove()
-        return seen[-1]
+        hidden = seen[-1]
+        if attn is None:  # packed rows [1, N, H]: back to the right-aligned [B, S, H] of a padded batch
+            B, S, H = len(lengths), max(lengths), hidden.shape[-1]
+            dest = torch.cat([torch.arange(b * S + S - n, b * S + S, device=hidden.device)
+                              for b, n in enumerate(lengths)])
+            hidden = hidden.new_zeros((B * S, H)).index_copy(0, dest, hidden[0]).view(B, S, H)
+        return hidden
 
     @torch.no_grad()
     def judge(self, prompts: Sequence[Messages], *, batch_size: int = 8) -> list[float]:

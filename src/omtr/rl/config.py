@@ -150,6 +150,9 @@ class TrainConfig:
                                           "optimizer step take their PPO 'old' log-probs from that step's own forward "
                                           "pass (the parameters have not moved yet, so the values are the same) "
                                           "instead of a separate pass; false recomputes every step's beforehand.")
+    pack_rows: bool | None = _f(None, "The training passes' rows packed without padding over their shared prompt prefix "
+                                      "(None: the model's; see ModelConfig.pack_rows, on by default); false is the "
+                                      "left-padded batch. Saved with the model.")
     fused_adapters: bool | None = _f(None, "The LoRA layers' product, scale and sum as one addmm (None: the model's; "
                                            "see ModelConfig.fused_adapters, on by default); false is peft's own "
                                            "forward pass. Saved with the model.")

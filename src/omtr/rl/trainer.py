@@ -142,6 +142,8 @@ def build_models(cfg: TrainConfig, model=None) -> dict:
             changes["judge_checks"] = cfg.judge_checks
         if cfg.fused_adapters is not None:
             changes["fused_adapters"] = cfg.fused_adapters
+        if cfg.pack_rows is not None:
+            changes["pack_rows"] = cfg.pack_rows
         if cfg.grammar_limits is not None and dict(cfg.grammar_limits) != dict(m.cfg.grammar_limits):
             changes["grammar_limits"] = dict(cfg.grammar_limits)
             m._grammar = None  # rebuilt with the new bounds on first use
