@@ -30,8 +30,9 @@ so that one part's freed memory (which the allocator may keep) does not hide or 
    by completion length, the first minibatch's old log-probs taken in the PPO phase from its own
    forward pass, ``update_dtype=auto``, a prompt prefix computed once per optimizer step).
    ``fp32`` is the default with ``update_dtype=fp32``; ``prefix_each`` the default with
-   ``prompt_prefix_once=false`` (a prompt prefix per micro-batch); ``ckpt50``, ``ckpt25`` and
-   ``nockpt`` fewer checkpointed layers. The PPO micro-batches and the Judge's each run inside the
+   ``prompt_prefix_once=false`` (a prompt prefix per micro-batch); ``padded`` the default with
+   ``pack_rows=false`` (left-padded rows, every path before packing); ``judge4`` the default with
+   the Judge's micro-batches of 4; ``ckpt50``, ``ckpt25`` and ``nockpt`` fewer checkpointed layers. The PPO micro-batches and the Judge's each run inside the
    trainer's prefix block (:meth:`UpdateMixin._prefix_block`), as one optimizer step's do.
 
 Memory is the process's resident set (RSS, ``/proc/self/statm``) sampled every ``--interval-ms``
@@ -117,7 +118,7 @@ def _maxrss_mb() -> float:
 # path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
 # as it was when issue 42 was filed; `default` is the profile as it is now.
 _EARLIER = {"micro_batch_size": 8, "judge_micro_batch_size": None, "reuse_first_logprobs": False,
-            "update_dtype": "fp32", "prompt_prefix_once": False, "fused_adapters": False}
+            "update_dtype": "fp32", "prompt_prefix_once": False, "fused_adapters": False, "pack_rows": False}
 PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),
@@ -130,7 +131,11 @@ PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": Fal
          # the default in fp32 (update_dtype=fp32): on CPUs whose bf16 products are slower than fp32
          "fp32": {"update_dtype": "fp32"},
          # the default with each micro-batch computing its prompt prefix (before 2026-12-07)
-         "prefix_each": {"prompt_prefix_once": False}}
+         "prefix_each": {"prompt_prefix_once": False},
+         # the default with left-padded rows (pack_rows=false; before 2026-12-07's second stop)
+         "padded": {"pack_rows": False},
+         # the default with the Judge's micro-batches of 4 (packed rows pad nothing)
+         "judge4": {"judge_micro_batch_size": 4}}
 
 
 def _trainer(args, tmp: str, settings: dict):
@@ -351,7 +356,9 @@ def main() -> None:
                          "checkpointing, fp32, micro-batches of 8, a separate old-log-prob pass for every step), "
                          "chunked (chunks only), lean (chunks and checkpointing, fp32), bf16 (lean under "
                          "update_dtype=bf16), default (the profile as it is: micro-batches of 4 cut by length, the "
-                         "first minibatch's old log-probs from its own pass, update_dtype=auto); 'none' for the "
+                         "first minibatch's old log-probs from its own pass, update_dtype=auto, packed rows), padded "
+                         "(the default with left-padded rows), judge4, fp32, prefix_each, ckpt50, ckpt25, nockpt; "
+                         "'none' for the "
                          "rollout alone (default old,default)")
     ap.add_argument("--chunk", type=int, default=None, help="logprob_chunk of the chunked path (default: the model's)")
     ap.add_argument("--cut", type=int, default=0,

@@ -710,3 +710,45 @@ def test_fused_adapters_setting_switches_back_to_peft(tmp_path):
     assert tr.models["actor"].cfg.fused_adapters is False
     assert not any("forward" in vars(mod) for mod in layers), "peft's own forward pass"
     assert ModelConfig.from_dict(m.cfg.to_dict()).fused_adapters is False, "saved with the model"
+
+
+def test_replayed_masks_are_kept_for_a_later_pass_over_the_same_steps(micro, completions, monkeypatch):
+    """The old-log-prob pass and the PPO pass replay the grammar over the same steps: the second
+    takes the first's mask rows (same values), a new config or grammar replays again, and the
+    store is bounded and emptied by forget_masks."""
+    import omtr.model.roles as R
+
+    _, comps = completions["scoped"]
+    _use(micro, CHUNK)
+    micro.forget_masks()
+    replays = []
+    real = R.RoleModel._replay_bitmask
+
+    def counted(self, comps_, *a, **k):
+        if k.get("keys") is None:  # an actual replay, not a lookup
+            replays.append(len(comps_))
+        return real(self, comps_, *a, **k)
+
+    monkeypatch.setattr(R.RoleModel, "_replay_bitmask", counted)
+    with torch.no_grad():
+        first = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="scoped")[0]
+        assert replays == [len(comps)] and micro._mask_rows_bytes > 0
+        again = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="scoped")[0]
+        assert replays == [len(comps)], "every row's masks came from the store"
+        part = micro.token_logprobs("actor", GROUP[:2], [comps[1], comps[2][:-1]], temperature=0.7,
+                                    constraint="scoped")[0]
+        assert replays == [len(comps), 1], "only the row not seen before is replayed"
+        micro.cfg = micro.cfg.replace(logprob_chunk=CHUNK + 1)  # a new config: its masks may differ
+        micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="scoped")
+        assert replays == [len(comps), 1, len(comps)]
+    assert torch.equal(first, again)
+    assert torch.equal(part[0, :len(comps[1])], first[1, :len(comps[1])])
+    micro.forget_masks()
+    assert not micro._mask_rows and micro._mask_rows_bytes == 0
+    monkeypatch.setattr(R, "MASK_ROWS_BYTES", 1)
+    micro.cfg = micro.cfg.replace(logprob_chunk=CHUNK)
+    with torch.no_grad():
+        bounded = micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="scoped")[0]
+    assert torch.equal(bounded, first)
+    assert not micro._mask_rows, "the store keeps at most MASK_ROWS_BYTES"
+    assert not micro._mask_rows and micro._mask_rows_bytes == 0

@@ -285,3 +285,25 @@ def test_smollm2_packed_rows_equal_the_padded_batch():
     assert out[False][1].keys() == out[True][1].keys()
     assert torch.nn.functional.cosine_similarity(a, b, dim=0) > 1 - 1e-6
     assert ((a - b).norm() / a.norm()) < 1e-4
+
+
+def test_a_callers_hidden_states_are_the_rows_not_the_packed_row(micro, comps, packed):
+    """The trainer's reference pass reads the decoder's hidden states through a hook
+    (omtr.rl.update._capture_hidden): under packing it gets the rows as a padded batch's."""
+    from omtr.rl.update import _capture_hidden
+
+    seen = {}
+    try:
+        for pack in (False, True):
+            micro.cfg = micro.cfg.replace(pack_rows=pack, logprob_chunk=7)
+            with torch.no_grad(), _capture_hidden(micro) as cap:
+                micro.token_logprobs("actor", GROUP, comps, temperature=0.7, constraint="off")
+            seen[pack] = cap["hidden"]
+    finally:
+        micro.cfg = micro.cfg.replace(pack_rows=True)
+    assert packed == [4] and micro.hidden_sink is None
+    assert seen[True].shape == seen[False].shape
+    for b, c in enumerate(comps):  # the positions the trainer reads: the prompt's last and the completion's
+        n = len(c)
+        a, x = seen[True][b, -(n + 1):], seen[False][b, -(n + 1):]
+        assert torch.allclose(a, x, atol=1e-4), (a - x).abs().max()

@@ -20,6 +20,7 @@ KL term (:meth:`RoleModel.reference`) is the policy at initialisation:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import inspect
@@ -45,6 +46,7 @@ log = logging.getLogger("omtr.model")
 MODEL_FILE = "omtr-model.json"
 FORMAT_VERSION = 1
 GENERATING_ROLES = ("actor", "editor")
+MASK_ROWS_BYTES = 64 << 20  # the replayed grammar masks kept for a later pass over the same steps
 MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt prefix is not worth a forward pass of its own
 
 
@@ -83,6 +85,9 @@ class RoleModel(nn.Module):
             self.judge_head.bias.zero_()
         self._role = None
         self._grammar = None
+        self._mask_rows: collections.OrderedDict = collections.OrderedDict()  # replayed masks (_replay_bitmask)
+        self._mask_rows_bytes = 0
+        self.hidden_sink: dict | None = None  # where a packed pass puts its rows for a caller's hook (_final_hidden)
         self._pieces: list[str] | None = None
         self._reference_lm = None
         self._in_reference = False
@@ -482,6 +487,9 @@ class RoleModel(nn.Module):
             dest = torch.cat([torch.arange(b * S + S - n, b * S + S, device=hidden.device)
                               for b, n in enumerate(lengths)])
             hidden = hidden.new_zeros((B * S, H)).index_copy(0, dest, hidden[0]).view(B, S, H)
+            sink = getattr(self, "hidden_sink", None)
+            if sink is not None:  # a caller's hook on the decoder saw the packed row: it gets the rows
+                sink["hidden"] = hidden
         return hidden
 
     @torch.no_grad()
@@ -546,7 +554,10 @@ class RoleModel(nn.Module):
         targets = torch.tensor([t for c in comps for t in c], dtype=torch.long, device=self.device)
         bitmask = None
         if use_grammar:
-            bitmask = self._replay_bitmask(comps, mode, given, L, objects=objs, packed=True)
+            keys = [(mode, domains[b] if domains else None,
+                     tuple(objects[b]) if objects and objects[b] is not None else None, tuple(c))
+                    for b, c in enumerate(comps)]
+            bitmask = self._replay_bitmask(comps, mode, given, L, objects=objs, packed=True, keys=keys)
         lp = chunked_token_logprobs(hidden.reshape(B * S, H).index_select(0, idx), head, targets,
                                     temperature=temperature, chunk=chunk, bitmask=bitmask,
                                     apply_mask=self.grammar.apply if use_grammar else None)
@@ -585,12 +596,20 @@ class RoleModel(nn.Module):
 
     def _replay_bitmask(self, comps: list[list[int]], mode: str, given: list | None, L: int,
                         starts: list[int] | None = None, objects: list | None = None, *,
-                        packed: bool = False) -> torch.Tensor:
+                        packed: bool = False, keys: list | None = None) -> torch.Tensor:
         """The grammar's bitmask rows for completions replayed token by token: row ``b * L +
         starts[b] + j`` (``starts`` default 0, left-aligned) is the mask token j of completion b
         was chosen under; every other row allows everything. ``packed``: only the completions'
-        rows, one after another (row ``len(c_0) + ... + len(c_{b-1}) + j``)."""
+        rows, one after another (row ``len(c_0) + ... + len(c_{b-1}) + j``).
+
+        ``keys`` (packed only; each completion's constraint, given domain, statement names and
+        tokens): a completion replayed before under the same key, config and grammar takes its
+        rows from :attr:`_mask_rows` (the old-log-prob pass and the PPO pass replay the same steps;
+        the masks do not depend on the parameters). The store keeps the latest
+        :data:`MASK_ROWS_BYTES` of rows; :meth:`forget_masks` empties it."""
         g = self.grammar
+        if packed and keys is not None:
+            return self._stored_mask_rows(comps, mode, given, objects, keys)
         bitmask = g.allocate_bitmask(sum(len(c) for c in comps) if packed else len(comps) * L)
         if not packed:
             bitmask.fill_(-1)  # padding positions: everything allowed (they are masked out anyway)
@@ -609,6 +628,37 @@ class RoleModel(nn.Module):
                     raise ValueError(f"completion {b} leaves the grammar at token {j} ({tok}); "
                                      "pass grammar=False for text generated without it")
         return bitmask
+
+    def _stored_mask_rows(self, comps, mode, given, objects, keys) -> torch.Tensor:
+        store = self._mask_rows
+        rows: list = [None] * len(comps)
+        todo = []
+        for b, key in enumerate(keys):
+            hit = store.get(key)
+            if hit is not None and hit[0] is self.cfg and hit[1] is self.grammar:
+                store.move_to_end(key)
+                rows[b] = hit[2]
+            else:
+                todo.append(b)
+        if todo:
+            fresh = self._replay_bitmask([comps[b] for b in todo], mode, [given[b] for b in todo] if given else None,
+                                         0, objects=[objects[b] for b in todo] if objects else None, packed=True)
+            offset = 0
+            for b in todo:
+                rows[b] = fresh[offset:offset + len(comps[b])].clone()
+                offset += len(comps[b])
+                store[keys[b]] = (self.cfg, self.grammar, rows[b])
+                self._mask_rows_bytes += rows[b].numel() * rows[b].element_size()
+            while self._mask_rows_bytes > MASK_ROWS_BYTES and store:
+                _, (_, _, old) = store.popitem(last=False)
+                self._mask_rows_bytes -= old.numel() * old.element_size()
+        return torch.cat(rows) if len(rows) > 1 else rows[0]
+
+    def forget_masks(self) -> None:
+        """Empty the store of replayed grammar masks (:meth:`_replay_bitmask`'s ``keys``)."""
+        self._mask_rows.clear()
+        self._mask_rows_bytes = 0
+        self.hidden_sink: dict | None = None  # where a packed pass puts its rows for a caller's hook (_final_hidden)
 
     def _grammar_replay(self, logits: torch.Tensor, comps: list[list[int]], mode: str = "plain",
                         given: list | None = None) -> torch.Tensor:

@@ -245,6 +245,8 @@ class UpdateMixin:
                     add("value_grad_norm", value_norm)
                 self._forget_prefixes()
         bar.close()
+        for m in self.distinct:  # the grammar masks the old-log-prob and PPO passes shared
+            getattr(m, "forget_masks", lambda: None)()
         if coll.active:
             out = merge_weighted_means(stats, coll)
             out["update_tokens"] = coll.sum([tokens_done])[0]
@@ -357,9 +359,12 @@ class UpdateMixin:
 
 @contextlib.contextmanager
 def _capture_hidden(model):
-    """Capture the decoder's last hidden states of the next forward pass (policy or reference)."""
+    """Capture the decoder's last hidden states of the next forward pass (policy or reference), as
+    a padded batch's [B, S, H] (right-aligned): a pass over packed rows puts them in the model's
+    ``hidden_sink`` after its decoder's hook has seen the packed row."""
     cap: dict = {}
     hooks = []
+    model.hidden_sink = cap
     for lm in (model.base_model, getattr(model, "_reference_lm", None)):
         if lm is None:
             continue
@@ -372,6 +377,7 @@ def _capture_hidden(model):
     try:
         yield cap
     finally:
+        model.hidden_sink = None
         for h in hooks:
             h.remove()
 
