@@ -276,7 +276,7 @@ def child_phases(args) -> dict:
                                   for p in params]), f"{args.grads}.{args.path}.ppo.pt")
         if judge and cfg.use_judge:
             jm = tr.models["judge"]
-            with sampler.phase("judge_loss", report), tr._prefix_block():
+            with sampler.phase("judge_loss", report), tr._prefix_block(), tr._judge_heap() as trim:
                 for c in _chunks(judge, cfg.judge_micro_batch_size or cfg.micro_batch_size):
                     t0 = time.perf_counter()
                     with tr._precision():
@@ -284,6 +284,7 @@ def child_phases(args) -> dict:
                     loss, _, _ = L.judge_loss(s, torch.tensor([float(j.label) for j in c]), cfg.band_weight)
                     t1 = time.perf_counter()
                     tr.backend.backward(loss * cfg.judge_weight * len(c) / len(judge), last=True)
+                    trim()  # as the trainer does (lean_memory)
                     report.setdefault("judge_loss", {})
                     report["judge_loss"]["forward_s"] = round(report["judge_loss"].get("forward_s", 0) + t1 - t0, 2)
                     report["judge_loss"]["backward_s"] = round(report["judge_loss"].get("backward_s", 0)

@@ -787,3 +787,43 @@ def test_split_attention_in_the_engine_gives_the_masked_paths_tokens_and_scores(
         for x, y in zip(a, b):
             assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
         assert max(abs(p - q) for p, q in zip(split.judge(prompts), masked.judge(prompts))) < 1e-5
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_the_judges_micro_batches_take_mid_sized_blocks_from_a_trimmed_heap(micro, tmp_path, monkeypatch, lean):
+    """Under lean_memory the update's Judge micro-batches run with glibc's mmap threshold at
+    JUDGE_MMAP_THRESHOLD (their blocks from the heap), the heap trimmed after each of them, and the
+    threshold back at MMAP_THRESHOLD before anything else runs; without lean_memory nothing is set.
+    The trained parameters do not depend on it (allocation only)."""
+    import omtr.rl.memory as M
+    from omtr.rl.update import UpdateMixin
+
+    start = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
+    events = []
+    monkeypatch.setattr(M, "fix_mmap_threshold", lambda n=M.MMAP_THRESHOLD: events.append(("threshold", n)) or True)
+    monkeypatch.setattr(M, "trim_heap", lambda: events.append(("trim",)) or True)
+    real = UpdateMixin._run_jobs
+
+    def marked(self, jobs, *a, **k):
+        events.append(("jobs", tuple(kind for kind, *_ in jobs)))
+        return real(self, jobs, *a, **k)
+
+    monkeypatch.setattr(UpdateMixin, "_run_jobs", marked)
+    try:
+        params, *_ = _update_once(micro, tmp_path, reuse=False, use_judge=True, lean_memory=lean)
+    finally:
+        with torch.no_grad():
+            for n, p in micro.named_parameters():
+                if n in start:
+                    p.copy_(start[n])
+    at = [i for i, e in enumerate(events) if e[0] == "jobs"]
+    assert len(at) == 2 and all("judge" in events[i][1] for i in at)
+    if not lean:
+        assert all(e[0] == "jobs" for e in events)
+        return
+    for k, i in enumerate(at):  # the events of each optimizer step
+        mine = events[i + 1:at[k + 1] if k + 1 < len(at) else len(events)]
+        n_judge = events[i][1].count("judge")
+        assert mine[0] == ("threshold", M.JUDGE_MMAP_THRESHOLD)
+        assert mine[1:1 + n_judge] == [("trim",)] * n_judge, "a trim after each Judge micro-batch"
+        assert mine[1 + n_judge:3 + n_judge] == [("threshold", M.MMAP_THRESHOLD), ("trim",)]

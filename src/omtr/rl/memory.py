@@ -80,6 +80,9 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
     return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)))
 
 
+# The update's Judge micro-batches (omtr.rl.update.UpdateMixin._judge_heap): their blocks of up to this
+# size come from the heap, trimmed after each micro-batch.
+JUDGE_MMAP_THRESHOLD = 32 << 20
 ROLLOUT_MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold (64-bit)
 # lean_memory's threshold in the rollout: the fast engine's blocks of keys and values (a prefix-cache
 # block of SmolLM2 5.9 MiB, a row cache's layer ~18 MiB and growing by concatenation every 64 tokens,
