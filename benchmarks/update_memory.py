@@ -30,9 +30,12 @@ so that one part's freed memory (which the allocator may keep) does not hide or 
    by completion length, the first minibatch's old log-probs taken in the PPO phase from its own
    forward pass, ``update_dtype=auto``, a prompt prefix computed once per optimizer step).
    ``fp32`` is the default with ``update_dtype=fp32``; ``prefix_each`` the default with
-   ``prompt_prefix_once=false`` (a prompt prefix per micro-batch); ``padded`` the default with
+   ``prompt_prefix_once=false`` (a prompt prefix per micro-batch); ``filed`` is ``old`` without ``lean_memory`` (the
+   update as issue 42 found it: no release after the rollout, glibc's own mmap threshold); ``padded`` the default with
    ``pack_rows=false`` (left-padded rows, every path before packing); ``judge4`` the default with
-   the Judge's micro-batches of 4; ``ckpt50``, ``ckpt25`` and ``nockpt`` fewer checkpointed layers. The PPO micro-batches and the Judge's each run inside the
+   the Judge's micro-batches of 4; ``heap1`` the default with ``lean_heap_mb=1`` (every block of
+   1 MiB or more of the passes that train on pages of its own); ``nothp`` the default with
+   ``huge_pages=false`` (each child asks for huge pages as ``omtr train`` does, before torch loads); ``ckpt50``, ``ckpt25`` and ``nockpt`` fewer checkpointed layers. The PPO micro-batches and the Judge's each run inside the
    trainer's prefix block (:meth:`UpdateMixin._prefix_block`), as one optimizer step's do.
 
 Memory is the process's resident set (RSS, ``/proc/self/statm``) sampled every ``--interval-ms``
@@ -118,8 +121,11 @@ def _maxrss_mb() -> float:
 # path -> training settings over the profile's; a key missing: the profile's own. `old` is the update
 # as it was when issue 42 was filed; `default` is the profile as it is now.
 _EARLIER = {"micro_batch_size": 8, "judge_micro_batch_size": None, "reuse_first_logprobs": False,
-            "update_dtype": "fp32", "prompt_prefix_once": False, "fused_adapters": False, "pack_rows": False}
+            "update_dtype": "fp32", "prompt_prefix_once": False, "fused_adapters": False, "pack_rows": False,
+            "lean_heap_mb": 1, "huge_pages": False}
 PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False},
+         # ``old`` without lean_memory (which came after issue 42 was filed): glibc's own mmap threshold
+         "filed": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": False, "lean_memory": False},
          "chunked": {**_EARLIER, "activation_checkpointing": False},
          "lean": dict(_EARLIER),
          "bf16": {**_EARLIER, "update_dtype": "bf16"},
@@ -135,7 +141,12 @@ PATHS = {"old": {**_EARLIER, "logprob_chunk": 0, "activation_checkpointing": Fal
          # the default with left-padded rows (pack_rows=false; before 2026-12-07's second stop)
          "padded": {"pack_rows": False},
          # the default with the Judge's micro-batches of 4 (packed rows pad nothing)
-         "judge4": {"judge_micro_batch_size": 4}}
+         "judge4": {"judge_micro_batch_size": 4},
+         # the default with every block of 1 MiB or more on pages of its own in the passes that train
+         # (lean_heap_mb=1; before 2026-12-07's third stop)
+         "heap1": {"lean_heap_mb": 1},
+         # the default with 4 KiB pages for torch's large blocks (huge_pages=false)
+         "nothp": {"huge_pages": False}}
 
 
 def _trainer(args, tmp: str, settings: dict):
@@ -226,6 +237,8 @@ def child_phases(args) -> dict:
         with sampler.phase("engine_refresh", report):
             tr._rollout_policy()  # the fast engine's int8 weights, held through the update as in training
         report["lean_memory"] = cfg.lean_memory
+        report["lean_heap_mb"] = cfg.lean_heap_mb
+        report["huge_pages"] = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
         lean = contextlib.ExitStack()
         if cfg.lean_memory:  # as the trainer does after a rollout and around the passes that train
             from omtr.rl.memory import mmap_threshold
@@ -252,7 +265,8 @@ def child_phases(args) -> dict:
         tr.backend.zero_grad()
         values: dict = {}
         ppo = {"forward_s": 0.0, "backward_s": 0.0}
-        with sampler.phase("ppo_loss", report), tr._prefix_block():  # as one optimizer step's micro-batches
+        # as one optimizer step's micro-batches (their prefix block; under lean_memory a heap trimmed after each)
+        with sampler.phase("ppo_loss", report), tr._prefix_block(), tr._micro_heap() as trim:
             chunks = _chunks([it for it in items if it.role == "actor"], cfg.micro_batch_size)
             for c in chunks:
                 t0 = time.perf_counter()
@@ -260,6 +274,7 @@ def child_phases(args) -> dict:
                     loss, st = tr._ppo_loss("actor", c)
                 t1 = time.perf_counter()
                 tr.backend.backward(loss * cfg.actor_weight * len(c) / len(items), last=False)
+                trim()
                 ppo["forward_s"] += t1 - t0
                 ppo["backward_s"] += time.perf_counter() - t1
                 values.setdefault("ppo_loss", []).append(loss.item())
@@ -276,7 +291,7 @@ def child_phases(args) -> dict:
                                   for p in params]), f"{args.grads}.{args.path}.ppo.pt")
         if judge and cfg.use_judge:
             jm = tr.models["judge"]
-            with sampler.phase("judge_loss", report), tr._prefix_block(), tr._judge_heap() as trim:
+            with sampler.phase("judge_loss", report), tr._prefix_block(), tr._micro_heap() as trim:
                 for c in _chunks(judge, cfg.judge_micro_batch_size or cfg.micro_batch_size):
                     t0 = time.perf_counter()
                     with tr._precision():
@@ -380,7 +395,13 @@ def main() -> None:
     if args.child:
         import logging
 
+        from omtr.rl.config import train_profile
+        from omtr.rl.memory import ask_huge_pages
+
         logging.basicConfig(level=logging.WARNING)
+        settings = PATHS[args.path] if args.child == "phases" else {}
+        # as omtr train does, before torch is imported (its allocator reads the setting once)
+        ask_huge_pages(train_profile(args.profile).replace(**settings).with_overrides(list(args.set)).huge_pages)
         rep = child_rollout(args) if args.child == "rollout" else child_phases(args)
         Path(args.child_out).write_text(json.dumps(rep))
         return

@@ -264,3 +264,41 @@ def test_lean_memory_drops_the_prefix_cache_before_the_update_and_changes_nothin
     h = sampled.history[-1]
     assert h["mem_update_peak_mb"] >= h["mem_update_end_mb"] and h["mem_hwm_mb"] >= h["mem_update_peak_mb"] - 1
     sampled._mem.close()
+
+
+def test_huge_pages_are_asked_for_before_torch_loads_and_the_environment_decides(tmp_path):
+    """ask_huge_pages sets torch's THP_MEM_ALLOC_ENABLE only where torch is not imported yet (torch
+    reads it once) and leaves a value the environment holds alone; omtr train asks from its
+    huge_pages setting before anything imports torch (here the run stops at a missing task file,
+    after the ask)."""
+    import os
+    import subprocess
+    import sys
+
+    from omtr.rl.memory import HUGE_PAGES_ENV, ask_huge_pages
+
+    assert "torch" in sys.modules
+    before = os.environ.get(HUGE_PAGES_ENV)
+    if before is None:
+        assert ask_huge_pages(True) is False and HUGE_PAGES_ENV not in os.environ, "too late: torch is loaded"
+    probe = ("import os, sys\n"
+             "import omtr.rl.memory as M\n"
+             "seen = []\n"
+             "real = M.ask_huge_pages\n"
+             "M.ask_huge_pages = lambda on: seen.append(('torch' in sys.modules, on)) or real(on)\n"
+             "from omtr.cli import main\n"
+             "rc = main(sys.argv[1:])\n"
+             "print(seen, repr(os.environ.get(M.HUGE_PAGES_ENV)), 'torch' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != HUGE_PAGES_ENV}
+    missing = str(tmp_path / "none.jsonl")
+
+    def run(*sets, extra=None):
+        args = [sys.executable, "-c", probe, "train", "--tasks", missing, "--out", str(tmp_path / "o"),
+                "--profile", "micro", *(x for s in sets for x in ("--set", s))]
+        p = subprocess.run(args, capture_output=True, text=True, env={**env, **(extra or {})}, timeout=120)
+        assert "does not exist" in p.stderr, p.stderr[-2000:]
+        return p.stdout.strip()
+
+    assert run() == "[(False, True)] '1' False"
+    assert run("huge_pages=false") == "[(False, False)] '0' False"
+    assert run(extra={HUGE_PAGES_ENV: "0"}) == "[(False, True)] '0' False", "the environment's value stands"

@@ -789,41 +789,59 @@ def test_split_attention_in_the_engine_gives_the_masked_paths_tokens_and_scores(
         assert max(abs(p - q) for p, q in zip(split.judge(prompts), masked.judge(prompts))) < 1e-5
 
 
-@pytest.mark.parametrize("lean", [True, False])
-def test_the_judges_micro_batches_take_mid_sized_blocks_from_a_trimmed_heap(micro, tmp_path, monkeypatch, lean):
-    """Under lean_memory the update's Judge micro-batches run with glibc's mmap threshold at
-    JUDGE_MMAP_THRESHOLD (their blocks from the heap), the heap trimmed after each of them, and the
-    threshold back at MMAP_THRESHOLD before anything else runs; without lean_memory nothing is set.
-    The trained parameters do not depend on it (allocation only)."""
+@pytest.mark.parametrize("lean,heap_mb", [(True, 32.0), (True, 1.0), (False, 32.0)])
+def test_the_micro_batches_that_train_take_mid_sized_blocks_from_a_trimmed_heap(micro, tmp_path, monkeypatch,
+                                                                                lean, heap_mb):
+    """Under lean_memory the old-log-prob pass and each optimizer step's micro-batches (PPO, Judge)
+    run with glibc's mmap threshold at lean_heap_mb (their blocks from the heap), the heap trimmed
+    after each micro-batch, and the threshold back at MMAP_THRESHOLD before anything else runs;
+    lean_heap_mb=1 and no lean_memory set nothing. The trained parameters do not depend on it
+    (allocation only)."""
     import omtr.rl.memory as M
+    from omtr.rl.config import train_profile
     from omtr.rl.update import UpdateMixin
 
+    for bad in (-1, 64):  # glibc caps its mmap threshold at 32 MiB
+        with pytest.raises(Exception, match="lean_heap_mb must be between 0 and 32"):
+            train_profile("micro").replace(lean_heap_mb=bad)
     start = {n: p.detach().clone() for n, p in micro.named_parameters() if p.requires_grad}
     events = []
     monkeypatch.setattr(M, "fix_mmap_threshold", lambda n=M.MMAP_THRESHOLD: events.append(("threshold", n)) or True)
     monkeypatch.setattr(M, "trim_heap", lambda: events.append(("trim",)) or True)
-    real = UpdateMixin._run_jobs
+    real_jobs, real_old = UpdateMixin._run_jobs, UpdateMixin._old_passes
 
     def marked(self, jobs, *a, **k):
-        events.append(("jobs", tuple(kind for kind, *_ in jobs)))
-        return real(self, jobs, *a, **k)
+        events.append(("jobs", tuple(kind for kind, *_ in jobs if kind != "value")))
+        return real_jobs(self, jobs, *a, **k)
+
+    def old_marked(self, todo, *a, **k):
+        events.append(("old", -(-len(todo) // self.cfg.micro_batch_size)))
+        return real_old(self, todo, *a, **k)
 
     monkeypatch.setattr(UpdateMixin, "_run_jobs", marked)
+    monkeypatch.setattr(UpdateMixin, "_old_passes", old_marked)
     try:
-        params, *_ = _update_once(micro, tmp_path, reuse=False, use_judge=True, lean_memory=lean)
+        params, *_ = _update_once(micro, tmp_path, reuse=False, use_judge=True, lean_memory=lean, lean_heap_mb=heap_mb)
     finally:
         with torch.no_grad():
             for n, p in micro.named_parameters():
                 if n in start:
                     p.copy_(start[n])
-    at = [i for i, e in enumerate(events) if e[0] == "jobs"]
-    assert len(at) == 2 and all("judge" in events[i][1] for i in at)
-    if not lean:
-        assert all(e[0] == "jobs" for e in events)
+    at = [i for i, e in enumerate(events) if e[0] in ("jobs", "old")]
+    assert [events[i][0] for i in at] == ["old", "jobs", "jobs"]
+    assert all("judge" in events[i][1] and "ppo" in events[i][1] for i in at[1:])
+    if not lean or heap_mb <= 1:
+        assert all(e[0] in ("jobs", "old") for e in events)
         return
-    for k, i in enumerate(at):  # the events of each optimizer step
+    for k, i in enumerate(at):  # the events of the old-log-prob pass and of each optimizer step
         mine = events[i + 1:at[k + 1] if k + 1 < len(at) else len(events)]
-        n_judge = events[i][1].count("judge")
-        assert mine[0] == ("threshold", M.JUDGE_MMAP_THRESHOLD)
-        assert mine[1:1 + n_judge] == [("trim",)] * n_judge, "a trim after each Judge micro-batch"
-        assert mine[1 + n_judge:3 + n_judge] == [("threshold", M.MMAP_THRESHOLD), ("trim",)]
+        heap = ("threshold", int(heap_mb * (1 << 20)))
+        if events[i][0] == "old":  # the pass's heap is set up around it
+            n_micro = events[i][1]
+            assert events[i - 1] == heap
+        else:  # each optimizer step's, at its first micro-batch
+            n_micro = len(events[i][1])
+            assert mine.pop(0) == heap
+        assert n_micro >= 1
+        assert mine[:n_micro] == [("trim",)] * n_micro, "a trim after each micro-batch"
+        assert mine[n_micro:2 + n_micro] == [("threshold", M.MMAP_THRESHOLD), ("trim",)]

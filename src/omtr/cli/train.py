@@ -95,6 +95,9 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
     except FileNotFoundError as exc:
         raise CliError(f"--config: {exc}") from None
+    from omtr.rl.memory import ask_huge_pages
+
+    ask_huge_pages(cfg.huge_pages)  # before anything imports torch: its allocator reads it once
     try:
         tasks = load_training_tasks(args.tasks)
     except TaskFormatError as exc:

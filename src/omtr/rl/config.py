@@ -173,6 +173,15 @@ class TrainConfig:
                                    "faster than fp32; fp32 elsewhere, with an info line saying why: these 2-core "
                                    "Xeons have avx512_bf16 but compute fp32 faster). An explicit bf16 without native "
                                    "bf16 falls back to fp32 with one log line.")
+    huge_pages: bool = _f(True, "torch's CPU blocks of 2 MiB and more on transparent huge pages (torch's "
+                                "THP_MEM_ALLOC_ENABLE, read at its first allocation: omtr train sets it from this "
+                                "setting before it imports torch; a value in the environment decides). Fewer page "
+                                "faults for the passes' fresh blocks; changes no value.")
+    lean_heap_mb: float = _f(32.0, "With lean_memory: in the passes that train (old log-probs, PPO, Judge) blocks "
+                                   "under this many MiB come from glibc's heap, trimmed after each micro-batch "
+                                   "(fresh pages for every mid-sized block of a micro-batch cost more than its "
+                                   "products); 1 or less gives every block of 1 MiB or more pages of its own, as "
+                                   "before 2026-12-07. Changes no value.")
     lean_memory: bool = _f(True, "Between phases, hand memory that no later computation reads back to the system: the "
                                  "rollout engine's prefix cache after the rollout (stale once the update moves the "
                                  "parameters; a refresh would drop it anyway) and glibc's free heap pages "
@@ -244,6 +253,9 @@ class TrainConfig:
                               "(0 keeps nothing; --set prefix_cache=false turns the cache off)")
         if self.lean_prefix_cache_mb < 0:
             raise ConfigError(f"lean_prefix_cache_mb must be 0 or more, got {self.lean_prefix_cache_mb}")
+        if not 0 <= self.lean_heap_mb <= 32:
+            raise ConfigError(f"lean_heap_mb must be between 0 and 32 (glibc's ceiling for its mmap threshold), "
+                              f"got {self.lean_heap_mb}")
         pos = ("cycles", "updates_per_cycle", "episodes_per_batch", "samples_per_task", "max_new_tokens",
                "ppo_epochs", "minibatches", "micro_batch_size", "solver_workers", "dynamic_sampling_rounds",
                "judge_gate_window")

@@ -14,6 +14,10 @@ pages inside them to the system (``malloc_trim(0)``): after a phase that made an
 tensors (the rollout's KV caches, the update's activations) the allocator otherwise keeps those
 pages resident, and the next phase's peak lands on top of them. It changes no value anywhere.
 Where glibc is not the C library (musl, macOS) it does nothing and says so by returning False.
+
+:func:`ask_huge_pages` turns on torch's transparent-huge-page advice for its CPU blocks of 2 MiB
+and more (``THP_MEM_ALLOC_ENABLE``), which torch reads once, at its first allocation: ``omtr train``
+asks before it imports torch (the ``huge_pages`` training setting).
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import logging
 import os
+import sys
 import threading
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _LIBC = None
+log = logging.getLogger(__name__)
+HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"  # torch's: advise MADV_HUGEPAGE on CPU blocks of 2 MiB and more
 
 
 def rss_mb() -> float | None:
@@ -80,9 +88,6 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
     return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)))
 
 
-# The update's Judge micro-batches (omtr.rl.update.UpdateMixin._judge_heap): their blocks of up to this
-# size come from the heap, trimmed after each micro-batch.
-JUDGE_MMAP_THRESHOLD = 32 << 20
 ROLLOUT_MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold (64-bit)
 # lean_memory's threshold in the rollout: the fast engine's blocks of keys and values (a prefix-cache
 # block of SmolLM2 5.9 MiB, a row cache's layer ~18 MiB and growing by concatenation every 64 tokens,
@@ -181,3 +186,21 @@ class PhaseMemory:
             self._thread.join(timeout=1.0)
             self._thread = None
         self._stop = threading.Event()
+
+
+def ask_huge_pages(on: bool) -> bool:
+    """Ask torch's CPU allocator to advise transparent huge pages (``madvise(MADV_HUGEPAGE)``) for
+    its blocks of 2 MiB and more, through ``THP_MEM_ALLOC_ENABLE``, which torch reads once, at its
+    first allocation: so this must run before torch is imported. A value the environment already
+    holds decides (``THP_MEM_ALLOC_ENABLE=0 omtr train ...`` keeps 4 KiB pages whatever the setting).
+    Returns whether the advice is on for this process; False, with a debug line, where torch was
+    imported first. Changes no value; where the kernel's THP mode is ``never`` the advice does
+    nothing. Measured (2 cores): with the training passes' heap (``lean_heap_mb``) the PPO phase
+    took 47.6 s against 57.7 s and peaked at 2,184 MB against 3,098 MB."""
+    if HUGE_PAGES_ENV in os.environ:
+        return os.environ[HUGE_PAGES_ENV].strip().lower() in ("1", "true", "on", "yes")
+    if "torch" in sys.modules:
+        log.debug("huge_pages: torch is already imported, so its allocator keeps the setting it read")
+        return False
+    os.environ[HUGE_PAGES_ENV] = "1" if on else "0"
+    return on

@@ -87,11 +87,11 @@ class UpdateMixin:
         for it in todo_all:
             it.old_pending = id(it) in first
         bar = self._progress(sum(not it.old_pending for it in todo_all), "old log-probs")
-        with self._prefix_block():
-            self._old_passes(todo_all, bar)
+        with self._micro_heap() as trim, self._prefix_block():
+            self._old_passes(todo_all, bar, trim)
         bar.close()
 
-    def _old_passes(self, todo_all: list[StepItem], bar) -> None:
+    def _old_passes(self, todo_all: list[StepItem], bar, trim=lambda: None) -> None:
         for role in GEN_ROLES:
             todo = [it for it in todo_all if it.role == role and not it.old_pending]
             model = self.models[role]
@@ -104,6 +104,8 @@ class UpdateMixin:
                            + int(mask.sum()))
                 for b, it in enumerate(chunk):
                     self._take_old(it, lp[b, :len(it.tokens)].tolist())
+                del lp, mask
+                trim()
 
     def _take_old(self, it: StepItem, new: list[float]) -> None:
         """The policy's log-probs of a step's tokens become its "old" ones; the engine's gap is counted."""
@@ -259,19 +261,21 @@ class UpdateMixin:
         return out
 
     @contextlib.contextmanager
-    def _judge_heap(self):
-        """Under ``lean_memory``, the Judge's micro-batches take blocks of up to
-        :data:`omtr.rl.memory.JUDGE_MMAP_THRESHOLD` from the heap (fresh pages for each of their
-        many mid-sized blocks cost more than their products: the Judge's part of an update took
-        36.7 s against 46-53 s on 2 cores), and the heap is trimmed after each micro-batch and at
-        the end, so its free pages do not stay resident. Yields the trim to call after a
-        micro-batch's backward pass (a no-op without ``lean_memory``)."""
-        from omtr.rl.memory import JUDGE_MMAP_THRESHOLD, MMAP_THRESHOLD, fix_mmap_threshold, trim_heap
+    def _micro_heap(self):
+        """Under ``lean_memory``, the micro-batches of a pass that trains take their blocks under
+        ``lean_heap_mb`` MiB from glibc's heap, which is trimmed after each micro-batch and at the
+        end, so that its free pages do not stay resident. With the threshold at 1 MiB every one of a
+        micro-batch's many mid-sized blocks got fresh pages of its own, which cost more than its
+        products (on 2 cores the update's passes took 1.3-1.4x as long). Yields the trim to call
+        after a micro-batch (a no-op without ``lean_memory`` or with ``lean_heap_mb`` of 1 or less:
+        the 1 MiB threshold of the passes that train stays)."""
+        from omtr.rl.memory import MMAP_THRESHOLD, fix_mmap_threshold, trim_heap
 
-        if not self.cfg.lean_memory:
+        nbytes = int(self.cfg.lean_heap_mb * (1 << 20))
+        if not self.cfg.lean_memory or nbytes <= MMAP_THRESHOLD:
             yield lambda: None
             return
-        fix_mmap_threshold(JUDGE_MMAP_THRESHOLD)
+        fix_mmap_threshold(nbytes)
         try:
             yield trim_heap
         finally:
@@ -292,8 +296,8 @@ class UpdateMixin:
             if j and jobs[j - 1][:2] != (kind, role):  # the previous role's micro-batches are done: its
                 for m in self.distinct:                  # prefixes' gradient now, their memory freed
                     getattr(m, "flush_prefix_block", lambda: None)()
-            if kind == "judge" and trim is None:
-                trim = stack.enter_context(self._judge_heap())
+            if trim is None:
+                trim = stack.enter_context(self._micro_heap())
             if kind == "ppo":
                 if stepped and any(it.old_pending for it in chunk):
                     raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
@@ -322,7 +326,7 @@ class UpdateMixin:
                 add("value_loss", loss.item(), len(chunk))
             # outside the autocast (torch's advice); checkpointed layers recompute in their forward's format
             self.backend.backward(loss * weight, last=last)
-            if kind == "judge":
+            if kind != "value":
                 trim()
             if kind != "value":
                 bar.update(len(chunk), tokens=tokens_done - before)
