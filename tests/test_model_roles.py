@@ -372,10 +372,15 @@ def test_token_logprobs_of_identical_prompts_whose_completions_start_alike(pertu
     assert torch.allclose(shared, plain, atol=1e-4)
 
 
-def test_judge_scores_share_the_prompt_prefix_with_the_same_scores_and_gradients(perturbed):
+@pytest.mark.parametrize("pack", [True, False])
+def test_judge_scores_share_the_prompt_prefix_with_the_same_scores_and_gradients(perturbed, pack):
     """s_J goes through the shared-prefix forward pass: the specs of one task share most of their
-    prompt, computed once as a batch of one; scores and their gradients equal the plain batch's."""
+    prompt, computed once as a batch of one; scores and their gradients equal the plain batch's.
+    The rows' own tokens then go through as one packed row (pack_rows, on a CPU) or as a padded
+    batch of three."""
     m = perturbed
+    cfg_before = m.cfg
+    m.cfg = m.cfg.replace(pack_rows=pack)
     task = [{"role": "system", "content": SHARED}, {"role": "user", "content": "Stack block a on block b. Spec: "}]
     prompts = [[task[0], {"role": "user", "content": task[1]["content"] + s}]
                for s in ("(on a b)", "(on b a) (clear a)", "(holding a)")]
@@ -394,9 +399,10 @@ def test_judge_scores_share_the_prompt_prefix_with_the_same_scores_and_gradients
         m.zero_grad()
         shared = m.judge_scores(prompts)
         shared.sum().backward()
-        assert [c[0] for c in calls] == [1, 3], "the common prefix runs once, then the rows' own tokens"
+        assert [c[0] for c in calls] == [1, 1 if pack else 3], "the common prefix runs once, then the rows' own tokens"
         seqs = m.encode_prompts(prompts)
-        assert calls[1][1] <= max(map(len, seqs)) - 32, "the rows' pass holds only what they do not share"
+        own = [len(s) - 32 for s in seqs]  # at most what each row does not share
+        assert calls[1][1] <= (sum(own) if pack else max(own)), "the rows' pass holds only what they do not share"
         assert torch.allclose(shared, plain, atol=1e-5)
         assert "judge_head.weight" in plain_grad
         for n, g in plain_grad.items():
@@ -408,6 +414,7 @@ def test_judge_scores_share_the_prompt_prefix_with_the_same_scores_and_gradients
     finally:
         hook.remove()
         m.share_prefix = True
+        m.cfg = cfg_before
         m.zero_grad()
 
 
