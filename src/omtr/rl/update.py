@@ -91,7 +91,7 @@ class UpdateMixin:
             self._old_passes(todo_all, bar, trim)
         bar.close()
 
-    def _old_passes(self, todo_all: list[StepItem], bar, trim=lambda: None) -> None:
+    def _old_passes(self, todo_all: list[StepItem], bar, trim) -> None:
         for role in GEN_ROLES:
             todo = [it for it in todo_all if it.role == role and not it.old_pending]
             model = self.models[role]
@@ -284,20 +284,17 @@ class UpdateMixin:
 
     def _run_jobs(self, jobs: list, stepped: bool, tokens_done: int, add, judge_scores: list, bar) -> int:
         """One optimizer step's micro-batches, forward and backward; returns the tokens done so far."""
-        with contextlib.ExitStack() as stack:
-            return self._jobs(jobs, stepped, tokens_done, add, judge_scores, bar, stack)
+        with self._micro_heap() as trim:
+            return self._jobs(jobs, stepped, tokens_done, add, judge_scores, bar, trim)
 
-    def _jobs(self, jobs, stepped, tokens_done, add, judge_scores, bar, stack) -> int:
+    def _jobs(self, jobs, stepped, tokens_done, add, judge_scores, bar, trim) -> int:
         cfg = self.cfg
-        trim = None
         for j, (kind, role, weight, chunk) in enumerate(jobs):
             last = j == len(jobs) - 1
             before = tokens_done
             if j and jobs[j - 1][:2] != (kind, role):  # the previous role's micro-batches are done: its
                 for m in self.distinct:                  # prefixes' gradient now, their memory freed
                     getattr(m, "flush_prefix_block", lambda: None)()
-            if trim is None:
-                trim = stack.enter_context(self._micro_heap())
             if kind == "ppo":
                 if stepped and any(it.old_pending for it in chunk):
                     raise RuntimeError("a step's old log-probs were left to the first optimizer step, but it "
@@ -328,7 +325,6 @@ class UpdateMixin:
             self.backend.backward(loss * weight, last=last)
             if kind != "value":
                 trim()
-            if kind != "value":
                 bar.update(len(chunk), tokens=tokens_done - before)
         return tokens_done
 
