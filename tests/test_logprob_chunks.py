@@ -752,3 +752,72 @@ def test_replayed_masks_are_kept_for_a_later_pass_over_the_same_steps(micro, com
     assert torch.equal(bounded, first)
     assert not micro._mask_rows, "the store keeps at most MASK_ROWS_BYTES"
     assert not micro._mask_rows and micro._mask_rows_bytes == 0
+
+
+def test_bf16_jacobian_keeps_the_values_and_the_gradient_of_confident_tokens():
+    """Under a bf16 autocast the log-probs stay the fp32 head's, bit for bit; the Jacobian's
+    product is bf16 with the target's share taken out first, so where the sampled token's
+    probability is near 1 (most of a trained policy's tokens) the gradient stays within bf16's
+    rounding of float64's; the plain ``p W`` in bf16 would cancel against ``W[t]`` there."""
+    from omtr.model.logprobs import chunked_token_logprobs
+
+    g = torch.Generator().manual_seed(1)
+    N, H, V = 48, 64, 3000
+    head = torch.nn.Linear(H, V, bias=False)
+    head.weight.requires_grad_(False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(V, H, generator=g) * 0.3)
+    hidden = torch.randn(N, H, generator=g) * 11.0
+    targets = (hidden @ head.weight.t()).argmax(-1)
+    W, h64 = head.weight.double(), hidden.double()
+    p = torch.softmax(h64 @ W.t(), -1)
+    pt = p.gather(1, targets.unsqueeze(1)).squeeze(1)
+    assert pt.median() > 0.99, "the case this test is about: confident tokens"
+    want = W[targets] - p @ W  # d log p(t) / d h in float64
+
+    def run(bf16):
+        h = hidden.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            lp = chunked_token_logprobs(h, head, targets, chunk=16)
+        lp.sum().backward()
+        return lp.detach(), h.grad.double()
+
+    (lp32, g32), (lp16, g16) = run(False), run(True)
+    assert torch.equal(lp32, lp16)
+
+    rows = (1 - pt) > 1e-4  # fp32's own softmax resolves these (beyond, the gradient is ~0 anyway)
+    assert rows.sum() > N // 2
+
+    def rel(x):
+        return ((x - want).norm(dim=1) / want.norm(dim=1))[rows].max().item()
+
+    plain = W[targets] - (p.bfloat16() @ W.bfloat16()).double()
+    assert rel(g32) < 1e-3
+    assert rel(g16) < 2e-2, rel(g16)
+    assert rel(plain) > 10 * rel(g16), (rel(plain), rel(g16))
+
+
+def test_training_passes_never_run_the_lm_head(micro, completions):
+    """The Judge's scores and the chunked log-probs need the decoder's final states only: the LM
+    head (whose whole weight a bf16 autocast would cast at every call for one position's logits)
+    does not run in them, with or without gradients; generation still runs it."""
+    head = micro.base_model.get_output_embeddings()
+    calls = []
+    hook = head.register_forward_hook(lambda mod, args, out: calls.append(tuple(args[0].shape)))
+    _, comps = completions["off"]
+    judged = [PROMPTS[0] + [{"role": "assistant", "content": "(define (domain d))"}],
+              PROMPTS[0] + [{"role": "assistant", "content": "(define (problem p) (:domain d))"}]]
+    try:
+        _use(micro, CHUNK)
+        micro.zero_grad(set_to_none=True)
+        lp, _ = micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="off")
+        (lp.sum() + micro.judge_scores(judged).sum()).backward()
+        with torch.no_grad():
+            micro.token_logprobs("actor", PROMPTS, comps, temperature=0.7, constraint="off")
+            micro.judge(judged)
+        assert calls == []
+        micro.generate("actor", PROMPTS[:1], Sampling(greedy=True, max_new_tokens=2), constraint="off")
+        assert calls, "the hook sees the head where it runs"
+    finally:
+        hook.remove()
+        micro.zero_grad(set_to_none=True)

@@ -17,7 +17,12 @@ SmolLM2's 49,152-token vocabulary 0.7 GB a copy for 8 rows of 448 positions. Her
   for ``grad W = sum_i g_i (e_{t_i} - p_i) h_i^T / T`` (and ``grad b``).
 
 Under a bf16 autocast (``update_dtype=bf16``, omtr.model.precision) the head still runs in the
-weights' dtype (fp32): the autocast is off inside both passes.
+weights' dtype (fp32): the autocast is off inside both passes, so the log-probabilities (the PPO
+ratio's terms) are fp32 products of the final hidden states. The Jacobian's product alone, the
+half of the head's work that only shapes the gradient, is bf16 there, as the layers' products
+are: ``p_i W`` would cancel against ``W[t_i]`` where ``p_i(t_i)`` is near 1, so the target's
+share is taken out first, ``J_i = ((1 - p_i(t_i)) W[t_i] - q_i W) / T`` with ``q_i`` the softmax
+off the target, and only ``q_i W`` is rounded (relative error ~2^-8 of a term as small as the result).
 
 Values equal the full-batch computation up to float rounding (tests/test_logprob_chunks.py).
 """
@@ -69,19 +74,21 @@ def _softmax_(z: torch.Tensor) -> torch.Tensor:
 
 class _ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, bitmask, apply_mask, temperature, chunk):
+    def forward(ctx, hidden, weight, bias, targets, bitmask, apply_mask, temperature, chunk, jac_dtype):
         with torch.autocast(hidden.device.type, enabled=False):  # the head in the weights' dtype (fp32)
             return _ChunkedLogprobs._forward(ctx, hidden, weight, bias, targets, bitmask, apply_mask, temperature,
-                                             chunk)
+                                             chunk, jac_dtype)
 
     @staticmethod
-    def _forward(ctx, hidden, weight, bias, targets, bitmask, apply_mask, temperature, chunk):
+    def _forward(ctx, hidden, weight, bias, targets, bitmask, apply_mask, temperature, chunk, jac_dtype):
         need_h = ctx.needs_input_grad[0]
         need_w = ctx.needs_input_grad[1] or (bias is not None and ctx.needs_input_grad[2])
         N, H = hidden.shape
         out = torch.empty(N, dtype=torch.float32, device=hidden.device)
         jac = torch.empty((N, H), dtype=torch.float32, device=hidden.device) if need_h else None
         lse_all = torch.empty(N, dtype=torch.float32, device=hidden.device) if need_w else None
+        low = need_h and jac_dtype is not None and jac_dtype != weight.dtype
+        w_low = weight.to(jac_dtype) if low else None  # once per call, not per chunk
         for s in range(0, N, chunk):
             e = min(N, s + chunk)
             t = targets[s:e]
@@ -90,7 +97,12 @@ class _ChunkedLogprobs(torch.autograd.Function):
             target = z.gather(1, t.unsqueeze(1)).squeeze(1)
             lse = _softmax_(z)  # z holds the softmax p from here on
             out[s:e] = target - lse
-            if need_h:
+            if need_h and low:  # ((1 - p_t) W[t] - q W) / T, q the softmax off the target (module docstring)
+                idx = t.unsqueeze(1)
+                keep = 1.0 - z.gather(1, idx)
+                qw = (z.scatter_(1, idx, 0.0).to(jac_dtype) @ w_low).float()
+                jac[s:e] = (weight[t].float() * keep - qw) / temperature
+            elif need_h:
                 pw = (z.to(weight.dtype) @ weight).float()  # p W: [c, H]
                 jac[s:e] = (weight[t].float() - pw) / temperature
             if need_w:
@@ -140,7 +152,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 del z, G
             grad_w = gw.to(weight.dtype) if ctx.needs_input_grad[1] else None
             grad_b = gb.to(bias.dtype) if (gb is not None and ctx.needs_input_grad[2]) else None
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
 
 
 def chunked_token_logprobs(hidden: torch.Tensor, head: nn.Linear, targets: torch.Tensor, *,
@@ -149,12 +161,16 @@ def chunked_token_logprobs(hidden: torch.Tensor, head: nn.Linear, targets: torch
     """``log p(targets[i] | hidden[i])`` for N positions: ``hidden`` [N, H] (final hidden states),
     ``targets`` [N] token ids, ``bitmask`` [N, ceil(V/32)] the grammar's rows (applied with
     ``apply_mask(logits, bitmask)`` in place; None: no constraint). Returns [N] fp32 values,
-    differentiable w.r.t. ``hidden`` and the head's parameters; ``chunk`` positions at a time."""
+    differentiable w.r.t. ``hidden`` and the head's parameters; ``chunk`` positions at a time.
+    Under a bf16 autocast the Jacobian's product is bf16 (the module's docstring), the values fp32."""
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
     if bitmask is not None and apply_mask is None:
         raise ValueError("a bitmask needs apply_mask")
     if hidden.shape[0] == 0:
         return hidden.new_zeros(0, dtype=torch.float32) + 0 * hidden.sum()
+    kind = hidden.device.type
+    jac_dtype = (torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind)
+                 and torch.get_autocast_dtype(kind) == torch.bfloat16 else None)
     return _ChunkedLogprobs.apply(hidden, head.weight, head.bias, targets.to(hidden.device), bitmask, apply_mask,
-                                  float(temperature), int(chunk))
+                                  float(temperature), int(chunk), jac_dtype)

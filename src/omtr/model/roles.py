@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import functools
 import inspect
 import json
 import logging
@@ -201,7 +202,7 @@ class RoleModel(nn.Module):
         return sum(p._version for p in self.parameters())
 
     def _prefill(self, seqs: list[list[int]], role_index: int, *, logits_to_keep: int, reuse: bool,
-                 max_prefix: int | None = None, pack: bool = False):
+                 max_prefix: int | None = None, pack: bool = False, headless: bool = False):
         """The forward pass over ``[e_ρ; prompt]`` rows, sharing their common token prefix.
 
         Prompts of one batch mostly start alike (the system prompt and the family's
@@ -221,9 +222,15 @@ class RoleModel(nn.Module):
         one after another without padding (:func:`omtr.model.checkpointing.packed_rows`); then the
         output's states are that packed row and the return is ``(output, None, lengths)``.
 
+        ``headless`` (the passes that need only the final hidden states: the Judge and the chunked
+        log-probs): the decoder runs without the LM head, whose weight a bf16 autocast would
+        otherwise cast and repack at every call for a single position's logits; ``output`` then
+        has ``last_hidden_state`` and no logits (``logits_to_keep`` is not used).
+
         Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
         position ids the rows' own part."""
         lm = self._active_lm()
+        run = _headless(lm) if headless else functools.partial(lm, logits_to_keep=logits_to_keep)
         # Under _checkpointed() with gradients (never when reusing): the prefix's keys and values
         # reach the rows through a cache a layer's recomputation can replay (omtr.model.checkpointing).
         ckpt = getattr(self, "_checkpointing", False) and not reuse and torch.is_grad_enabled()
@@ -253,8 +260,7 @@ class RoleModel(nn.Module):
                     del self._prefixes[key]
         if stored is None and (not self.share_prefix or p < MIN_SHARED_PREFIX):
             embeds, attn, pos = self._inputs(seqs, role_index)
-            out = lm(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=reuse,
-                     logits_to_keep=logits_to_keep)
+            out = run(inputs_embeds=embeds, attention_mask=attn, position_ids=pos, use_cache=reuse)
             return out, attn, pos
         R = self.cfg.role_vectors
         if stored is None:
@@ -268,8 +274,9 @@ class RoleModel(nn.Module):
                 from omtr.model.checkpointing import ReplayCache, decoder_layers
 
                 replay = {self._cache_kw: ReplayCache(len(decoder_layers(lm)))}
-            out0 = lm(inputs_embeds=pre, attention_mask=torch.ones((1, R + p), dtype=torch.long, device=self.device),
-                      position_ids=pos0, use_cache=True, logits_to_keep=1, **replay)
+            keep1 = _headless(lm) if headless else functools.partial(lm, logits_to_keep=1)
+            out0 = keep1(inputs_embeds=pre, attention_mask=torch.ones((1, R + p), dtype=torch.long, device=self.device),
+                         position_ids=pos0, use_cache=True, **replay)
             stored = (ReplayCache(len(decoder_layers(lm)), past=replay[self._cache_kw].own()) if ckpt
                       else _cache_of(out0))
             if block is not None:
@@ -281,7 +288,7 @@ class RoleModel(nn.Module):
             from omtr.model.checkpointing import packing_applies
 
             if packing_applies(lm.config, self.device):
-                return self._packed_rows(lm, stored, seqs, p, logits_to_keep)
+                return self._packed_rows(lm, stored, seqs, p, run)
         if reuse:
             cache = copy.deepcopy(stored)  # the stored prefix stays a batch of one, unextended
         else:
@@ -298,14 +305,15 @@ class RoleModel(nn.Module):
         attn = torch.cat([torch.ones((B, R + p), dtype=torch.long, device=self.device), mask], dim=1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, R + p:]
         emb = lm.get_input_embeddings()(ids)
-        out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
-                 logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
+        out = run(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
+                  **{self._cache_kw: cache})
         return out, attn, pos
 
-    def _packed_rows(self, lm, stored, seqs: list[list[int]], p: int, logits_to_keep: int):
+    def _packed_rows(self, lm, stored, seqs: list[list[int]], p: int, run):
         """The rows' own tokens over a stored prefix (its cache, a batch of one) as one packed row:
         no padding goes through the layers, each row's positions continue the prefix's, and its
         attention sees the prefix and its own earlier tokens (omtr.model.checkpointing.packed_rows).
+        ``run`` is the forward pass :meth:`_prefill` chose (the model, or its decoder alone).
         Returns ``(output, None, lengths)``."""
         from omtr.model.checkpointing import ReplayCache, packed_rows
 
@@ -322,8 +330,8 @@ class RoleModel(nn.Module):
         attn = torch.ones((1, R + p + ids.shape[1]), dtype=torch.long, device=self.device)
         emb = lm.get_input_embeddings()(ids)
         with packed_rows(lm.config, R + p, lengths):
-            out = lm(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
-                     logits_to_keep=logits_to_keep, **{self._cache_kw: cache})
+            out = run(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True,
+                      **{self._cache_kw: cache})
         return out, None, lengths
 
     @contextlib.contextmanager
@@ -465,7 +473,7 @@ class RoleModel(nn.Module):
 
     def _final_hidden(self, base, seqs: list[list[int]], ri: int, max_prefix: int | None = None) -> torch.Tensor:
         """The decoder's final hidden states of the rows ``[B, S, H]`` (right-aligned), the LM head
-        run on one position only. Through _prefill: the rows' common prefix (the system message,
+        not run at all. Through _prefill: the rows' common prefix (the system message,
         and for the specs of one task the task and its domain) is computed once; the last call the
         hook sees is the rows' own part. Checkpointed where training (:meth:`_checkpointed`)."""
         decoder = getattr(base, base.base_model_prefix)  # the transformer without the LM head
@@ -478,7 +486,7 @@ class RoleModel(nn.Module):
         try:
             with self._checkpointed():
                 _, attn, lengths = self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix,
-                                                 pack=True)
+                                                 pack=True, headless=True)
         finally:
             hook.remove()
         hidden = seen[-1]
@@ -1017,6 +1025,13 @@ class RoleModel(nn.Module):
             rm.judge_head.weight.copy_(roles["judge_head.weight"])
             rm.judge_head.bias.copy_(roles["judge_head.bias"])
         return rm
+
+
+def _headless(lm):
+    """The decoder of ``lm`` (a peft model or a plain causal LM) without its LM head: the
+    transformer whose output is the final hidden states (LoRA layers are inside it)."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return getattr(base, base.base_model_prefix)
 
 
 def _cache_of(out):
