@@ -83,11 +83,16 @@ class ReplayCache(Cache):
         return [layer.own for layer in self.layers]
 
 
+def decoder(lm):
+    """The decoder of a causal LM (a peft model or a plain transformers one): the transformer
+    without its LM head, whose output is the final hidden states (LoRA layers are inside it)."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return getattr(base, base.base_model_prefix)
+
+
 def decoder_layers(lm) -> list:
     """The decoder layers of a causal LM (a peft model or a plain transformers one)."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    decoder = getattr(base, base.base_model_prefix)
-    return list(decoder.layers)
+    return list(decoder(lm).layers)
 
 
 def spread(layers: list, share: float) -> list:

@@ -230,7 +230,12 @@ class RoleModel(nn.Module):
         Returns ``(output, attention_mask, position_ids)``; the mask covers prefix and rows, the
         position ids the rows' own part."""
         lm = self._active_lm()
-        run = _headless(lm) if headless else functools.partial(lm, logits_to_keep=logits_to_keep)
+        if headless:
+            from omtr.model.checkpointing import decoder
+
+            run = decoder(lm)
+        else:
+            run = functools.partial(lm, logits_to_keep=logits_to_keep)
         # Under _checkpointed() with gradients (never when reusing): the prefix's keys and values
         # reach the rows through a cache a layer's recomputation can replay (omtr.model.checkpointing).
         ckpt = getattr(self, "_checkpointing", False) and not reuse and torch.is_grad_enabled()
@@ -274,7 +279,7 @@ class RoleModel(nn.Module):
                 from omtr.model.checkpointing import ReplayCache, decoder_layers
 
                 replay = {self._cache_kw: ReplayCache(len(decoder_layers(lm)))}
-            keep1 = _headless(lm) if headless else functools.partial(lm, logits_to_keep=1)
+            keep1 = run if headless else functools.partial(lm, logits_to_keep=1)
             out0 = keep1(inputs_embeds=pre, attention_mask=torch.ones((1, R + p), dtype=torch.long, device=self.device),
                          position_ids=pos0, use_cache=True, **replay)
             stored = (ReplayCache(len(decoder_layers(lm)), past=replay[self._cache_kw].own()) if ckpt
@@ -468,28 +473,18 @@ class RoleModel(nn.Module):
         """s_J for each (task, spec) prompt, differentiable; shape [B], values in (0, 1)."""
         ri = self.use_role("judge")
         seqs = self.encode_prompts(prompts)
-        hidden = self._final_hidden(self.base_model, seqs, ri)
+        hidden = self._final_hidden(seqs, ri)
         return torch.sigmoid(self.judge_head(hidden[:, -1].float())).squeeze(-1)
 
-    def _final_hidden(self, base, seqs: list[list[int]], ri: int, max_prefix: int | None = None) -> torch.Tensor:
+    def _final_hidden(self, seqs: list[list[int]], ri: int, max_prefix: int | None = None) -> torch.Tensor:
         """The decoder's final hidden states of the rows ``[B, S, H]`` (right-aligned), the LM head
         not run at all. Through _prefill: the rows' common prefix (the system message,
-        and for the specs of one task the task and its domain) is computed once; the last call the
-        hook sees is the rows' own part. Checkpointed where training (:meth:`_checkpointed`)."""
-        decoder = getattr(base, base.base_model_prefix)  # the transformer without the LM head
-        seen: list[torch.Tensor] = []
-
-        def keep(mod, args, out):
-            seen.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
-
-        hook = decoder.register_forward_hook(keep)
-        try:
-            with self._checkpointed():
-                _, attn, lengths = self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix,
-                                                 pack=True, headless=True)
-        finally:
-            hook.remove()
-        hidden = seen[-1]
+        and for the specs of one task the task and its domain) is computed once; its output is
+        the rows' own part. Checkpointed where training (:meth:`_checkpointed`)."""
+        with self._checkpointed():
+            out, attn, lengths = self._prefill(seqs, ri, logits_to_keep=1, reuse=False, max_prefix=max_prefix,
+                                               pack=True, headless=True)
+        hidden = out.last_hidden_state
         if attn is None:  # packed rows [1, N, H]: back to the right-aligned [B, S, H] of a padded batch
             B, S, H = len(lengths), max(lengths), hidden.shape[-1]
             dest = torch.cat([torch.arange(b * S + S - n, b * S + S, device=hidden.device)
@@ -555,7 +550,7 @@ class RoleModel(nn.Module):
         # The final hidden states of the rows (the decoder's output; the head's logits of one
         # position only), then log-probabilities of the completion positions alone, a chunk of
         # positions at a time (omtr.model.logprobs): no [B, L, V] tensor for the whole batch.
-        hidden = self._final_hidden(base, seqs, ri, max_prefix=max_prefix)  # [B, S, H], right-aligned: position S - 1 - len(c) + j predicts token j of c
+        hidden = self._final_hidden(seqs, ri, max_prefix=max_prefix)  # [B, S, H], right-aligned: position S - 1 - len(c) + j predicts token j of c
         S, H = hidden.shape[1], hidden.shape[2]
         idx = torch.cat([torch.arange(b * S + S - 1 - len(c), b * S + S - 1, device=self.device)
                          for b, c in enumerate(comps) if c])
@@ -1025,13 +1020,6 @@ class RoleModel(nn.Module):
             rm.judge_head.weight.copy_(roles["judge_head.weight"])
             rm.judge_head.bias.copy_(roles["judge_head.bias"])
         return rm
-
-
-def _headless(lm):
-    """The decoder of ``lm`` (a peft model or a plain causal LM) without its LM head: the
-    transformer whose output is the final hidden states (LoRA layers are inside it)."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return getattr(base, base.base_model_prefix)
 
 
 def _cache_of(out):
