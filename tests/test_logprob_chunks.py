@@ -784,6 +784,7 @@ def test_bf16_jacobian_keeps_the_values_and_the_gradient_of_confident_tokens():
 
     (lp32, g32), (lp16, g16) = run(False), run(True)
     assert torch.equal(lp32, lp16)
+    assert not torch.equal(g32, g16), "under the autocast the Jacobian's product is bf16"
 
     rows = (1 - pt) > 1e-4  # fp32's own softmax resolves these (beyond, the gradient is ~0 anyway)
     assert rows.sum() > N // 2
