@@ -4,6 +4,7 @@
     python benchmarks/evaluate_profile.py --count 2 --settings on --work /tmp/ep   # a smoke run
     python benchmarks/evaluate_profile.py --tasks my-tasks.jsonl --settings off,on
     python benchmarks/evaluate_profile.py --settings on+bf16,on+fp32    # the engine's wide format too
+    python benchmarks/evaluate_profile.py --settings on+nojf,on+jf      # jump-forward decoding off, on
     python benchmarks/evaluate_profile.py --method cprofile --count 4              # cProfile instead of timers
     python benchmarks/evaluate_profile.py --show /tmp/ep/result.json               # the table of a finished run
 
@@ -33,7 +34,8 @@ report, the traces' per-batch prefill/decode/Judge times) is read as a cross-che
 the two settings gave identical greedy outcomes. A setting is the prefix cache (``on``/``off``),
 optionally with the fast engine's format for the many-token passes of its int8 down projection
 (``on+bf16``, ``on+fp32``: ``OMTR_PREFILL_WIDE`` in the command's environment; without it the
-engine's ``auto``). With two settings, ``speedup`` is the first one's time over the second's, and
+engine's ``auto``) and its jump-forward decoding (``on+nojf``, ``on+jf``: ``OMTR_JUMP_FORWARD``;
+without it the engine's default, on). With two settings, ``speedup`` is the first one's time over the second's, and
 their greedy outcomes are compared. A table to stdout; one JSON object to ``--out``.
 Measure alone on the machine: two processes' threads on two cores halve each other.
 """
@@ -427,17 +429,20 @@ def largest_shares(phases: dict[str, float], n: int = 3) -> list[tuple[str, floa
 
 # ----------------------------------------------------------------------------- the parent
 
-def parse_setting(name: str) -> tuple[str, str | None]:
-    """A setting's prefix cache (``on``/``off``) and the engine's wide format (``bf16``/``fp32``,
-    None: the engine's own ``auto``): ``on``, ``off+fp32``; ValueError naming it otherwise."""
-    cache, plus, wide = name.partition("+")
-    if cache not in ("on", "off") or wide not in (("bf16", "fp32") if plus else ("",)):
-        raise ValueError(f"setting {name!r}: on or off, optionally +bf16 or +fp32")
-    return cache, wide or None
+def parse_setting(name: str) -> tuple[str, str | None, str | None]:
+    """A setting's prefix cache (``on``/``off``), the engine's wide format (``bf16``/``fp32``, None:
+    the engine's own ``auto``) and its jump-forward decoding (``jf``/``nojf``, None: the engine's
+    default, on): ``on``, ``off+fp32``, ``on+nojf``, ``on+fp32+jf``; ValueError naming it otherwise."""
+    cache, *opts = name.split("+")
+    wide = [o for o in opts if o in ("bf16", "fp32")]
+    jump = [o for o in opts if o in ("jf", "nojf")]
+    if cache not in ("on", "off") or len(wide) > 1 or len(jump) > 1 or len(wide) + len(jump) != len(opts):
+        raise ValueError(f"setting {name!r}: on or off, optionally +bf16 or +fp32, and +jf or +nojf")
+    return cache, (wide or [None])[0], (jump or [None])[0]
 
 
 def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
-    cache, wide = parse_setting(name)
+    cache, wide, jump = parse_setting(name)
     out = work / name
     report = work / f"{name}.child.json"
     prof = work / f"{name}.prof" if args.method == "cprofile" else None
@@ -451,6 +456,8 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
     env = dict(os.environ)
     if wide:
         env["OMTR_PREFILL_WIDE"] = wide
+    if jump:
+        env["OMTR_JUMP_FORWARD"] = "on" if jump == "jf" else "off"
     with logf.open("w") as fh:
         t0 = time.perf_counter()
         env[SPAWN_ENV] = repr(time.time())
@@ -464,7 +471,7 @@ def run_setting(name: str, tasks: Path, work: Path, args) -> dict:
     metrics = json.loads((out / "metrics.json").read_text())
     traces = read_traces(out)
     row = {
-        "prefix_cache": cache, "prefill_wide": wide or "auto", "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
+        "prefix_cache": cache, "prefill_wide": wide or "auto", "jump_forward": jump != "nojf", "command_s": round(wall, 2), "peak_rss_mib": rep.get("peak_rss_mib"),
         "phases": breakdown(rep, wall, t_exit - rep["end_time"]),
         "calls": rep.get("calls"),
         "instrumented": instrumented(metrics, traces),

@@ -193,13 +193,15 @@ def test_allocate_spreads_the_count():
     assert sum(ep.allocate(12).values()) == 12
 
 
-def test_a_setting_names_the_prefix_cache_and_optionally_the_engines_wide_format():
+def test_a_setting_names_the_prefix_cache_and_optionally_the_engines_wide_format_and_jump_forward():
     import re
 
     ep = _bench()
-    assert ep.parse_setting("on") == ("on", None)
-    assert ep.parse_setting("off+fp32") == ("off", "fp32")
-    assert ep.parse_setting("on+bf16") == ("on", "bf16")
-    for bad in ("maybe", "on+fp16", "on+", "+bf16"):
+    assert ep.parse_setting("on") == ("on", None, None)
+    assert ep.parse_setting("off+fp32") == ("off", "fp32", None)
+    assert ep.parse_setting("on+bf16") == ("on", "bf16", None)
+    assert ep.parse_setting("on+nojf") == ("on", None, "nojf")
+    assert ep.parse_setting("on+fp32+jf") == ("on", "fp32", "jf")
+    for bad in ("maybe", "on+fp16", "on+", "+bf16", "on+jf+nojf", "on+bf16+fp32"):
         with pytest.raises(ValueError, match=f"setting '{re.escape(bad)}'"):
             ep.parse_setting(bad)

@@ -99,8 +99,8 @@ def test_identical_prompts_are_prefilled_once_and_sampled_apart(micro):
     forward = fast._forward
 
     def spy(rw, x, pos, prefix, cache, mask, **kw):
-        if cache is not None and x.shape[1] > 1:
-            prefilled.append(x.shape[0])  # rows in the prefill pass
+        if cache is not None and x.shape[1] > 1 and kw.get("at") is None:
+            prefilled.append(x.shape[0])  # rows in the prefill pass (not a jump-forward step)
         return forward(rw, x, pos, prefix, cache, mask, **kw)
 
     fast._forward = spy
@@ -585,7 +585,7 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
 
     wide = _wide_format("auto")  # bf16 or fp32, by this CPU
     assert engine_info(load_policy("micro")) == {"engine": "fast", "int8": True, "prefill_wide": wide,
-                                                 "prefix_cache": True, "prefix_cache_mb": 1024.0}
+                                                 "jump_forward": True, "prefix_cache": True, "prefix_cache_mb": 1024.0}
     assert load_policy("micro", engine="auto").engine_name == "fast"
     ref = load_policy("micro", engine="hf")
     assert not hasattr(ref, "engine_name") or ref.engine_name == "hf"
@@ -605,8 +605,8 @@ def test_engine_defaults_to_fast_on_cpu_and_is_in_the_provenance(tmp_path, monke
         run = json.loads((out / "run.json").read_text())
         seen[engine] = run["provenance"]["engine"]
         assert json.loads((out / "metrics.json").read_text())["provenance"]["engine"] == seen[engine]
-    assert seen[None] == {"engine": "fast", "int8": True, "prefill_wide": wide, "prefix_cache": False,
-                          "prefix_cache_mb": 1024.0}
+    assert seen[None] == {"engine": "fast", "int8": True, "prefill_wide": wide, "jump_forward": True,
+                          "prefix_cache": False, "prefix_cache_mb": 1024.0}
     assert seen["hf"] == {"engine": "hf"}
 
     import mlflow
@@ -845,3 +845,84 @@ def test_the_micro_batches_that_train_take_mid_sized_blocks_from_a_trimmed_heap(
         assert n_micro >= 1
         assert mine[:n_micro] == [("trim",)] * n_micro, "a trim after each micro-batch"
         assert mine[n_micro:2 + n_micro] == [("threshold", M.MMAP_THRESHOLD), ("trim",)]
+
+
+def _family_prompt(f: str, i: int):
+    demo = " ".join(f"{f} example step {k}: move the {f} thing {k} to place {k + 1}." for k in range(12))
+    return [{"role": "system", "content": "You write PDDL for planning tasks, carefully."},
+            {"role": "user", "content": f"{demo} Now the task: move {f} item {i} to place {i + 2}."}]
+
+
+@pytest.mark.parametrize("constraint", ["plain", "scoped"])
+def test_jump_forward_gives_the_step_by_step_answers_in_fewer_passes(micro, constraint):
+    """Jump-forward decoding takes a run of tokens the grammar leaves no choice over in the step
+    that chose the token before it. In fp32 the greedy answers (tokens, log-probs, the masks
+    applied) are those of one token a step and of the policy's own generate, in fewer decoder
+    passes. Sampled rows that part ways (runs of different lengths in one step, so each row writes
+    its own cache columns; two prefix segments) still get the policy's own log-probs for every
+    token they took."""
+    sampling = Sampling(greedy=True, max_new_tokens=48)
+    out, passes, masks = {}, {}, {}
+    engines = {jf: make_engine("fast", micro, quantize=False, jump_forward=jf) for jf in (False, True)}
+    for jf, eng in engines.items():
+        eng.record_masks = True
+        calls = []
+        forward = eng._forward
+        eng._forward = lambda *a, _f=forward, _c=calls, **kw: (_c.append(a[1].shape[1]), _f(*a, **kw))[1]
+        out[jf] = eng.generate("actor", PROMPTS, sampling, constraint=constraint)
+        passes[jf] = len(calls)
+        masks[jf] = [torch.stack(x) for x in eng.last_masks]
+        del eng._forward
+    assert passes[True] < passes[False]
+    ref = micro.generate("actor", PROMPTS, sampling, constraint=constraint)
+    for b, r in enumerate(ref):
+        assert out[True][b].token_ids == out[False][b].token_ids == r.token_ids
+        assert max(abs(x - y) for x, y in zip(out[True][b].logprobs, r.logprobs)) < 1e-4
+        assert torch.equal(masks[True][b], masks[False][b])
+
+    jf = engines[True]
+    lens = []
+    step = jf._jump_step
+
+    def spy(rw, choice, runs, *a):
+        lens.append([len(r) for r in runs])
+        return step(rw, choice, runs, *a)
+
+    jf._jump_step = spy
+    rows = [_family_prompt("blocks", 0), _family_prompt("balls", 0), _family_prompt("blocks", 1), PROMPTS[0],
+            _family_prompt("balls", 1)]
+    sampled = Sampling(greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=48, seed=4)
+    gens = jf.generate("actor", rows, sampled, constraint=constraint)
+    assert len(jf.last_groups) > 1
+    assert any(len(set(k)) > 1 for k in lens), "a step with rows whose runs differ in length"
+    lp, mask = micro.token_logprobs("actor", rows, [g.token_ids for g in gens], temperature=1.0,
+                                    constraint=constraint)
+    for b, g in enumerate(gens):
+        assert lp[b, :len(g.token_ids)].tolist() == pytest.approx(g.logprobs, abs=1e-4)
+
+
+def test_jump_forward_setting_and_single_token_masks(micro, monkeypatch):
+    """``jump_forward`` is on unless the engine or ``$OMTR_JUMP_FORWARD`` says off, is in the
+    evaluation's provenance, and a value that is neither is an error naming it; a mask row counts
+    as one token only where exactly one bit is set (the sign bit of an int32 word included)."""
+    from omtr.rollout import engine_info
+    from omtr.rollout.fast import EngineError, _single_token
+
+    assert make_engine("fast", micro).jump_forward and engine_info(make_engine("fast", micro))["jump_forward"]
+    monkeypatch.setenv("OMTR_JUMP_FORWARD", "off")
+    eng = make_engine("fast", micro)
+    assert not eng.jump_forward and engine_info(eng)["jump_forward"] is False
+    assert make_engine("fast", micro, jump_forward=True).jump_forward  # the engine's own setting decides
+    monkeypatch.setenv("OMTR_JUMP_FORWARD", "sometimes")
+    with pytest.raises(EngineError, match="OMTR_JUMP_FORWARD='sometimes'"):
+        make_engine("fast", micro)
+    row = torch.zeros(4, dtype=torch.int32)
+    assert _single_token(row) is None
+    row[2] = 1 << 5
+    assert _single_token(row) == 2 * 32 + 5
+    row[2] = -2**31  # bit 31
+    assert _single_token(row) == 2 * 32 + 31
+    row[2] = 3
+    assert _single_token(row) is None
+    row[2], row[0] = 1, 1
+    assert _single_token(row) is None

@@ -179,6 +179,7 @@ def run(args) -> int:
         logging.getLogger("omtr.infer").info(
             "engine: %s%s", eng["engine"], "" if eng["engine"] != "fast" else
             f" (int8 {'on' if eng['int8'] else 'off'}, wide passes {eng['prefill_wide']}, "
+            f"jump-forward {'on' if eng['jump_forward'] else 'off'}, "
             f"prefix cache {'on' if eng['prefix_cache'] else 'off'})")
     # a family's tasks side by side, so that their prompts meet in the prefix cache (the traces keep
     # finishing order; each line carries its task id)

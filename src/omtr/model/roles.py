@@ -810,19 +810,13 @@ class RoleModel(nn.Module):
         next_pos = pos[:, -1:] + 1
         prefill_ms = 1000 * (time.perf_counter() - t0)
 
-        tokens: list[list[int]] = [[] for _ in range(B)]
-        lps: list[list[float]] = [[] for _ in range(B)]
-        texts = [""] * B
-        finish = [""] * B
-        decode_ms = [0.0] * B
-        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None,
-                          objects=objs[i] if objs else None) for i in range(B)] if g else None
+        rows = DecodedRows(B, g, mode, given, objs, pieces, eos, stop_when, limits)
+        states = rows.states
         active = list(range(B))
-        grammar_s = 0.0
         from omtr.progress import GenerationProgress
 
         bar = GenerationProgress(role, B)
-        t1 = time.perf_counter()
+        rows.start()
         for _ in range(max(limits)):
             forced: list[int | None] = [None] * len(active)
             if g:
@@ -831,7 +825,7 @@ class RoleModel(nn.Module):
                 for row, i in enumerate(active):
                     forced[row] = states[i].fill(bitmask, row)
                 g.apply(logits, bitmask)
-                grammar_s += time.perf_counter() - tg
+                rows.grammar_s += time.perf_counter() - tg
             logp = torch.log_softmax(logits / temperature, dim=-1)
             if sampling.greedy:
                 choice = logp.argmax(-1)
@@ -842,26 +836,7 @@ class RoleModel(nn.Module):
                     choice[row] = f
             chosen_lp = logp.gather(-1, choice.unsqueeze(-1)).squeeze(-1).tolist()
             choice_list = choice.tolist()
-            keep: list[int] = []
-            now = time.perf_counter()
-            for row, i in enumerate(active):
-                tok = choice_list[row]
-                tokens[i].append(tok)
-                lps[i].append(chosen_lp[row])
-                piece = pieces[tok] if tok != eos else ""
-                texts[i] += piece
-                if g:
-                    tg = time.perf_counter()
-                    states[i].accept(tok, piece)
-                    grammar_s += time.perf_counter() - tg
-                if tok == eos or (stop_when is not None and stop_when(texts[i])):
-                    finish[i] = "stop"
-                elif len(tokens[i]) >= limits[i]:
-                    finish[i] = "length"
-                else:
-                    keep.append(row)
-                    continue
-                decode_ms[i] = 1000 * (now - t1)
+            keep = [row for row, i in enumerate(active) if rows.take(i, choice_list[row], chosen_lp[row])]
             bar.step(len(active), len(keep))
             if not keep:
                 break
@@ -877,20 +852,7 @@ class RoleModel(nn.Module):
             cache, logits = _cache_of(out), out.logits[:, -1].float()
             next_pos = next_pos + 1
         bar.close()
-        gens = []
-        for i in range(B):
-            ids = tokens[i]
-            gens.append(Generation(
-                text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                token_ids=ids, logprobs=lps[i], prompt_tokens=len(seqs[i]),
-                finish_reason=finish[i] or "length",
-                timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
-                         "grammar_ms": 1000 * grammar_s, "batch": float(B),
-                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks),
-                             "scope_left": float(states[i].scope_left)}
-                            if states and mode == "scoped" else {})},
-            ))
-        return gens
+        return rows.generations(self.tokenizer, seqs, {"prefill_ms": prefill_ms})
 
     # ------------------------------------------------------------------ accounting
 
@@ -1025,6 +987,66 @@ class RoleModel(nn.Module):
 def _cache_of(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+class DecodedRows:
+    """The answers of one batched decode, row by row (:meth:`RoleModel.generate` and the fast
+    engine's loop): tokens, their log-probs, text, each row's grammar state, why and when each
+    stopped, and the time spent in the grammar (``grammar_s``, wherever it ran)."""
+
+    def __init__(self, B: int, g, mode: str, given, objs, pieces: list[str], eos: int | None,
+                 stop_when: Callable[[str], bool] | None, limits: list[int]):
+        self.tokens: list[list[int]] = [[] for _ in range(B)]
+        self.lps: list[list[float]] = [[] for _ in range(B)]
+        self.texts = [""] * B
+        self.finish = [""] * B
+        self.decode_ms = [0.0] * B
+        self.mode = mode
+        self.states = [g.state(scoped=mode == "scoped", given=given[i] if given else None,
+                               objects=objs[i] if objs else None) for i in range(B)] if g else None
+        self.pieces, self.eos, self.stop_when, self.limits = pieces, eos, stop_when, limits
+        self.grammar_s = 0.0
+        self.t1 = time.perf_counter()
+
+    def start(self) -> None:
+        """The decode starts (a row's ``decode_ms`` counts from here)."""
+        self.t1 = time.perf_counter()
+
+    def take(self, i: int, tok: int, lp: float) -> bool:
+        """Append ``tok`` (log-prob ``lp``) to row ``i`` and advance its grammar; False where the
+        row is finished by it (end of sequence, ``stop_when``, its token limit)."""
+        self.tokens[i].append(tok)
+        self.lps[i].append(lp)
+        piece = self.pieces[tok] if tok != self.eos else ""
+        self.texts[i] += piece
+        if self.states:
+            tg = time.perf_counter()
+            self.states[i].accept(tok, piece)
+            self.grammar_s += time.perf_counter() - tg
+        if tok == self.eos or (self.stop_when is not None and self.stop_when(self.texts[i])):
+            self.finish[i] = "stop"
+        elif len(self.tokens[i]) >= self.limits[i]:
+            self.finish[i] = "length"
+        else:
+            return True
+        self.decode_ms[i] = 1000 * (time.perf_counter() - self.t1)
+        return False
+
+    def generations(self, tokenizer, seqs: list[list[int]], timings: dict) -> list[Generation]:
+        """One :class:`Generation` per row, with ``timings`` and the row's own figures."""
+        gens = []
+        for i, ids in enumerate(self.tokens):
+            st = self.states[i] if self.states else None
+            gens.append(Generation(
+                text=tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=ids, logprobs=self.lps[i], prompt_tokens=len(seqs[i]),
+                finish_reason=self.finish[i] or "length",
+                timings={**timings, "decode_ms": self.decode_ms[i] or 1000 * (time.perf_counter() - self.t1),
+                         "grammar_ms": 1000 * self.grammar_s, "batch": float(len(self.tokens)),
+                         **({"scope_ms": 1000 * st.scope_s, "scope_fallbacks": float(st.fallbacks),
+                             "scope_left": float(st.scope_left)} if st is not None and self.mode == "scoped" else {})},
+            ))
+        return gens
 
 
 def _sample_top_p(logp: torch.Tensor, top_p: float, rng: torch.Generator) -> torch.Tensor:

@@ -129,7 +129,8 @@ def engine_info(policy) -> dict:
     """What generated for ``policy``, for an evaluation's provenance: ``engine`` (``hf``, ``fast``,
     or ``none`` for a policy that is no role model: scripted answers, a baseline over an HTTP
     backend), and for the fast engine ``int8``, the format of its many-token passes of the int8
-    slots that keep a wide copy (``prefill_wide``: bf16 or fp32, by the CPU) and its prefix cache
+    slots that keep a wide copy (``prefill_wide``: bf16 or fp32, by the CPU), whether it decodes
+    the runs the grammar forces in one step (``jump_forward``) and its prefix cache
     (``prefix_cache``, ``prefix_cache_mb``)."""
     backend = getattr(policy, "backend", None)
     candidates = [policy, *_behind(policy), getattr(backend, "_model", None)]
@@ -139,6 +140,7 @@ def engine_info(policy) -> dict:
             cache = getattr(obj, "prefix_cache", None)
             return {"engine": "fast", "int8": bool(getattr(obj, "quantize", False)),
                     "prefill_wide": getattr(obj, "prefill_wide", "fp32"),
+                    "jump_forward": bool(getattr(obj, "jump_forward", False)),
                     "prefix_cache": bool(getattr(obj, "use_prefix_cache", False)),
                     "prefix_cache_mb": round(getattr(cache, "capacity", 0) / 2**20, 1) if cache is not None else 0.0}
     for obj in candidates:

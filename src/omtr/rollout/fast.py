@@ -38,10 +38,19 @@ What makes it faster than the role model's own ``generate`` on a CPU:
   (names in scope, keywords, parentheses), only those rows of the head are multiplied (fp32, the
   policy's own weights), so the step skips the full vocabulary's logits, softmax and argmax; a row
   whose token is forced skips the head altogether.
+- **Jump-forward decoding** (``jump_forward``, on unless ``$OMTR_JUMP_FORWARD=off``): where the
+  grammar then allows a row one token only (the rest of a keyword, a forced name, closing
+  parentheses: about a quarter of a PDDL answer's tokens), the row takes it at once, and the
+  whole run goes through the decoder with the token the row chose before it, in one step: each
+  row writes its own columns of its cache, so rows with runs of different lengths decode
+  together. The tokens are those of one token a step (the masked distribution gives such a
+  token probability 1); the grammar's masks are then computed on the decoding thread, which
+  meets them in the run anyway.
 - **The same decoding loop and masks** as :meth:`omtr.model.roles.RoleModel.generate`: the
   same :class:`omtr.model.grammar.GrammarState` per row (plain or scoped, given domains), forced
-  tokens, early stop, logprobs of the masked distribution at the sampling temperature. The next
-  step's masks are computed on a helper thread while the decoder runs.
+  tokens, early stop, logprobs of the masked distribution at the sampling temperature. Without
+  jump-forward decoding the next step's masks are computed on a helper thread while the decoder
+  runs.
 
 The engine is a snapshot: :meth:`FastEngine.refresh` re-merges from the policy (the trainer asks
 for it after every optimizer step; a parameter change is also noticed on its own through the
@@ -63,7 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omtr.config import ROLE_NAMES
-from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, _sample_top_p
+from omtr.model.roles import GENERATING_ROLES, MIN_SHARED_PREFIX, DecodedRows, _sample_top_p
 from omtr.policy import Generation, Messages, Sampling
 from omtr.rollout import PREFIX_CACHE_MB, OverModel
 from omtr.rollout.prefix_cache import PrefixCache
@@ -192,6 +201,34 @@ def _wide_format(name: str | None) -> str:
     return "bf16" if ok else "fp32"
 
 
+JUMP_FORWARD_ENV = "OMTR_JUMP_FORWARD"  # the engine's jump_forward where none is given: on or off
+
+
+def _jump_forward(value: bool | None) -> bool:
+    """The engine's ``jump_forward``: ``value``, or when None ``$OMTR_JUMP_FORWARD`` (``on``/``off``,
+    also 1/0, true/false), on where unset."""
+    if value is not None:
+        return bool(value)
+    raw = os.environ.get(JUMP_FORWARD_ENV, "").strip().lower()
+    if raw in ("", "on", "1", "true", "yes"):
+        return True
+    if raw in ("off", "0", "false", "no"):
+        return False
+    raise EngineError(f"{JUMP_FORWARD_ENV}={raw!r}: set it to on or off")
+
+
+def _single_token(row: torch.Tensor) -> int | None:
+    """The one token a grammar bitmask row [words] allows, or None where it allows none or several."""
+    w = row.numpy()
+    nz = np.flatnonzero(w)
+    if len(nz) != 1:
+        return None
+    x = int(w[nz[0]]) & 0xFFFFFFFF
+    if x & (x - 1):
+        return None
+    return int(nz[0]) * 32 + x.bit_length() - 1
+
+
 def _int8_bytes(mod: _Int8Linear) -> int:
     w, b = mod.weight_bias()
     n = w.int_repr().numel() + (w.q_per_channel_scales().numel() * 8 if w.qscheme() in (
@@ -292,7 +329,7 @@ class FastEngine(OverModel):
                  keep_fp32: Sequence[str] = (), bf16_prefill: Sequence[str] = ("down",), prefill_wide: str | None = None,
                  unmerged: Sequence[str] = ("gate_up", "down"), prefix_cache: bool = True,
                  prefix_cache_mb: float = PREFIX_CACHE_MB, prefix_block: int = PREFIX_BLOCK,
-                 share_fp32: bool = True, split_attention: bool = True):
+                 share_fp32: bool = True, split_attention: bool = True, jump_forward: bool | None = None):
         cfg = model.base_model.config
         if getattr(cfg, "model_type", None) not in SUPPORTED:
             raise EngineError(f"the fast engine decodes {', '.join(SUPPORTED)} models; this backbone is "
@@ -312,6 +349,9 @@ class FastEngine(OverModel):
         # the rows' prefill attention in two flash passes merged by their log-sum-exp (_split_attention);
         # False: one masked pass over [prefix; own keys] per segment (the earlier path)
         self.split_attention = bool(split_attention)
+        # a row's run of tokens the grammar leaves no choice over goes through the decoder in the
+        # step that chose the token before it (_generate); None: $OMTR_JUMP_FORWARD, else on
+        self.jump_forward = _jump_forward(jump_forward)
         self.exact = not quantize
         self.threads = threads
         self.H = cfg.hidden_size
@@ -982,37 +1022,63 @@ class FastEngine(OverModel):
         if self.first_token_s is None:
             self.first_token_s = time.perf_counter() - self._stats_t0
 
-        tokens: list[list[int]] = [[] for _ in range(B)]
-        lps: list[list[float]] = [[] for _ in range(B)]
-        texts = [""] * B
-        finish = [""] * B
-        decode_ms = [0.0] * B
-        states = [g.state(scoped=mode == "scoped", given=given[i] if given else None,
-                          objects=objs[i] if objs else None) for i in range(B)] if g else None
+        rows = DecodedRows(B, g, mode, given, objs, pieces, eos, stop_when, limits)
+        states, tokens = rows.states, rows.tokens
         masks: list[list] | None = [[] for _ in range(B)] if (self.record_masks and g) else None
         active = list(range(B))
-        grammar_s = 0.0  # grammar work (masks and accepting tokens), wherever it ran
-        wait_s = 0.0  # what of it the decoding loop waited for
+        wait_s = 0.0  # what of the grammar's work (rows.grammar_s) the decoding loop waited for
 
-        def fill(rows: list[int]):
+        # Jump-forward decoding: after a row's chosen token, the tokens the grammar then leaves no
+        # choice over (one token allowed: a keyword's rest, a forced name, a closing parenthesis) are
+        # taken at once, with log-prob 0 as in the masked distribution, and go through the decoder
+        # with it in the same step; the masks of the row's next step come from that walk, so the
+        # grammar runs on this thread (the helper thread is for ``jump_forward=False``).
+        jump = self.jump_forward and g is not None
+
+        def fill(which: list[int]):
             tg = time.perf_counter()
-            bm = g.allocate_bitmask(len(rows))
-            fs = [states[i].fill(bm, row) for row, i in enumerate(rows)]
+            bm = g.allocate_bitmask(len(which))
+            fs = [states[i].fill(bm, row) for row, i in enumerate(which)]
+            if jump:  # a row left one token takes it without the head
+                fs = [f if f is not None else _single_token(bm[row]) for row, f in enumerate(fs)]
             return bm, fs, time.perf_counter() - tg
+
+        def run_on(i: int) -> list[int] | None:
+            """Row ``i``'s tokens the grammar leaves no choice over, taken; None where it finished.
+            The mask of its next free step goes to ``upcoming``."""
+            run: list[int] = []
+            while True:
+                tg = time.perf_counter()
+                bm = g.allocate_bitmask(1)
+                f = states[i].fill(bm, 0)
+                tok = f if f is not None else _single_token(bm[0])
+                rows.grammar_s += time.perf_counter() - tg
+                if tok is None:
+                    upcoming[i] = bm[0]
+                    return run
+                if masks is not None:
+                    masks[i].append(bm[0].clone())
+                run.append(tok)
+                if not rows.take(i, tok, 0.0):
+                    return None
 
         # The next step's masks are computed on a helper thread while the decoder runs (they need
         # only the tokens accepted so far); the step then waits for them before the head.
         pending = None
-        t1 = time.perf_counter()
+        upcoming: dict[int, torch.Tensor] = {}  # jump: each running row's mask for its next step
+        rows.start()
         for _ in range(max(limits)):
             forced: list[int | None] = [None] * len(active)
             bitmask = None
             if g:
                 tw = time.perf_counter()
-                bitmask, forced, took = pending.result() if pending is not None else fill(active)
+                if upcoming:
+                    bitmask, took = torch.stack([upcoming.pop(i) for i in active]), 0.0
+                else:
+                    bitmask, forced, took = pending.result() if pending is not None else fill(active)
                 pending = None
                 wait_s += time.perf_counter() - tw
-                grammar_s += took
+                rows.grammar_s += took
                 if masks is not None:
                     for row, i in enumerate(active):
                         masks[i].append(bitmask[row].clone())
@@ -1033,26 +1099,16 @@ class FastEngine(OverModel):
             chosen_lp = chosen.tolist()
             choice_list = choice.tolist()
             keep: list[int] = []
-            now = time.perf_counter()
+            runs: list[list[int]] = []  # jump: each kept row's tokens after its chosen one
+            before = sum(len(tokens[i]) for i in active)
             for row, i in enumerate(active):
-                tok = choice_list[row]
-                tokens[i].append(tok)
-                lps[i].append(chosen_lp[row])
-                piece = pieces[tok] if tok != eos else ""
-                texts[i] += piece
-                if g:
-                    tg = time.perf_counter()
-                    states[i].accept(tok, piece)
-                    grammar_s += time.perf_counter() - tg
-                if tok == eos or (stop_when is not None and stop_when(texts[i])):
-                    finish[i] = "stop"
-                elif len(tokens[i]) >= limits[i]:
-                    finish[i] = "length"
-                else:
-                    keep.append(row)
+                if not rows.take(i, choice_list[row], chosen_lp[row]):
                     continue
-                decode_ms[i] = 1000 * (now - t1)
-            bar.step(len(active), len(keep) + waiting)
+                run = run_on(i) if jump else []
+                if run is not None:
+                    keep.append(row)
+                    runs.append(run)
+            bar.step(sum(len(tokens[i]) for i in active) - before, len(keep) + waiting)
             if not keep:
                 break
             if len(keep) < len(active):
@@ -1061,6 +1117,9 @@ class FastEngine(OverModel):
                 next_pos, choice, hid, seg_of = next_pos[idx], choice[idx], hid[idx], seg_of[idx]
                 active = [active[r] for r in keep]
             n = len(active)
+            if jump:
+                hid, next_pos = self._jump_step(rw, choice, runs, next_pos, prefix, cache, seg_of)
+                continue
             if g:
                 pending = self._grammar_thread().submit(fill, list(active))
             x = F.embedding(choice.view(n, 1), rw.embed).float()
@@ -1071,20 +1130,99 @@ class FastEngine(OverModel):
             hid = self._rms(h[:, -1], rw.norm)
             next_pos = next_pos + 1
         self.last_masks = masks
-        gens = []
-        for i in range(B):
-            ids_i = tokens[i]
-            gens.append(Generation(
-                text=m.tokenizer.decode(ids_i, skip_special_tokens=True),
-                token_ids=ids_i, logprobs=lps[i], prompt_tokens=len(seqs[i]),
-                finish_reason=finish[i] or "length",
-                timings={"prefill_ms": prefill_ms, "decode_ms": decode_ms[i] or 1000 * (time.perf_counter() - t1),
-                         "grammar_ms": 1000 * grammar_s, "grammar_wait_ms": 1000 * wait_s, "batch": float(B),
-                         **({"scope_ms": 1000 * states[i].scope_s, "scope_fallbacks": float(states[i].fallbacks),
-                             "scope_left": float(states[i].scope_left)}
-                            if states and mode == "scoped" else {})},
-            ))
-        return gens
+        return rows.generations(m.tokenizer, seqs, {"prefill_ms": prefill_ms, "grammar_wait_ms": 1000 * wait_s})
+
+    def _jump_step(self, rw: _RoleWeights, choice: torch.Tensor, runs: list[list[int]], next_pos: torch.Tensor,
+                   prefix: list, cache: "_RowCache", seg_of: torch.Tensor):
+        """A decode step of jump-forward decoding: each row's chosen token and the run after it
+        (``runs``, maybe empty) through the decoder at once (:meth:`_forward_packed`), each row's
+        tokens at its own columns of the cache from its own end. Returns the rows' final-normed
+        hidden states after their last token [n, H] and their next positions [n, 1]."""
+        n = len(runs)
+        lens = torch.tensor([1 + len(r) for r in runs])
+        ids = torch.tensor([t for r, run in enumerate(runs) for t in (int(choice[r]), *run)], dtype=torch.long)
+        tok_row = torch.repeat_interleave(torch.arange(n), lens)  # [N]: each token's row
+        first = torch.cumsum(lens, 0) - lens  # each row's first token in the packed order
+        tok_off = torch.arange(len(ids)) - first[tok_row]  # [N]: its place among its row's new tokens
+        at = cache.ends
+        cols = at[tok_row] + tok_off
+        S = int(lens.max())
+        cache.reserve(int(at.max()) + S - cache.length)
+        cache.valid[tok_row, cols] = True
+        h = self._forward_packed(rw, F.embedding(ids, rw.embed).float(), next_pos.view(-1)[tok_row] + tok_off,
+                                 prefix, cache, seg_of, tok_row, tok_off, cols, S)
+        cache.ends = at + lens
+        last = first + lens - 1
+        return self._rms(h[last], rw.norm), next_pos + lens.view(n, 1)
+
+    def _forward_packed(self, rw: _RoleWeights, x: torch.Tensor, pos: torch.Tensor, prefix: list,
+                        cache: "_RowCache", seg_of: torch.Tensor, tok_row: torch.Tensor, tok_off: torch.Tensor,
+                        cols: torch.Tensor, S: int) -> torch.Tensor:
+        """The decoder over a jump-forward step's ``N`` tokens, packed (no padding) [N, H] at
+        positions ``pos`` [N]: token ``t`` is row ``tok_row[t]``'s ``tok_off[t]``-th new token,
+        written at its column ``cols[t]``; ``S`` is the most tokens a row has. Returns the final
+        hidden states (before the last norm) [N, H].
+
+        The linears see only the real tokens, as one-token rows (the int8 decode path). Attention
+        as in a decode step: the queries against their segment's prefix packed (one product per
+        segment, no copy of its keys), against the rows' own keys with the queries laid out per
+        row [B, kv, g*S, d] (a row with fewer tokens has zero queries there, never read back); the
+        two parts' scores share one softmax per query, and each query sees its row's own columns up
+        to its own."""
+        N = x.shape[0]
+        B = cache.valid.shape[0]
+        nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
+        g = nh // nkv
+        G = g * S
+        scale = d ** -0.5
+        cos, sin = self._rope(pos.view(N, 1))  # [N, 1, 1, d]
+        T = max(cache.length, int(cols.max()) + 1)
+        span = torch.arange(T)
+        # [B, 1, g*S, T]: what a row's query j does not see (its row's columns past its own, padding)
+        vis = cache.valid[:, :T].unsqueeze(1) & (span.view(1, 1, T) <= (cache.ends.view(B, 1) + torch.arange(S)).unsqueeze(-1))
+        hidden = ~vis.unsqueeze(1).expand(B, g, S, T).reshape(B, 1, G, T)
+        if len(prefix) == 1:
+            segs = [(prefix[0], None)]
+        else:
+            segs = [(pre, torch.nonzero(seg_of[tok_row] == k).flatten()) for k, pre in enumerate(prefix)]
+            segs = [(pre, idx) for pre, idx in segs if len(idx)]
+        x = x.view(N, 1, -1)
+        for i, L in enumerate(rw.layers):
+            h = self._rms(x, L.in_norm)
+            qkv = L.qkv(h)
+            qk = self._rotate(qkv[..., : (nh + nkv) * d].view(N, 1, nh + nkv, d), cos, sin)
+            q, k = qk[:, 0, :nh], qk[:, 0, nh:]  # [N, nh, d], [N, kv, d]
+            v = qkv[:, 0, (nh + nkv) * d:].view(N, nkv, d)
+            K, V = cache.write_at(i, k, v, tok_row, cols)  # [B, kv, T, d]
+            qpad = q.new_zeros((B, S, nh, d))
+            qpad[tok_row, tok_off] = q
+            qh = qpad.transpose(1, 2).reshape(B, nkv, G, d)
+            s_r = (qh @ K.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))  # [B, kv, g*S, T]
+            s_r = s_r.view(B, nkv, g, S, T)[tok_row, :, :, tok_off]  # [N, kv, g, T]: the real queries'
+            qg = q.view(N, nkv, g, d)
+            o = q.new_empty((N, nkv, g, d))
+            p_r = torch.empty_like(s_r)
+            for pre, idx in segs:
+                KpT, Vp = pre[i]
+                P = KpT.shape[2]
+                qs = qg if idx is None else qg[idx]
+                b = qs.shape[0]
+                s_p = (qs.transpose(0, 1).reshape(nkv, b * g, d) @ KpT).view(nkv, b, g, P).transpose(0, 1)
+                p = torch.softmax(torch.cat([s_p, s_r if idx is None else s_r[idx]], dim=-1).mul_(scale), dim=-1)
+                op = (p[..., :P].transpose(0, 1).reshape(nkv, b * g, P) @ Vp).view(nkv, b, g, d).transpose(0, 1)
+                if idx is None:
+                    o, p_r = op, p[..., P:]
+                else:
+                    o[idx], p_r[idx] = op, p[..., P:]
+            ppad = p_r.new_zeros((B, S, nkv, g, T))
+            ppad[tok_row, tok_off] = p_r
+            own = ppad.permute(0, 2, 3, 1, 4).reshape(B, nkv, G, T) @ V  # [B, kv, g*S, d]
+            o = o + own.view(B, nkv, g, S, d)[tok_row, :, :, tok_off]
+            x = x + L.o(o.reshape(N, 1, nh * d))
+            h = self._rms(x, L.post_norm)
+            gate, up = L.gate_up(h).chunk(2, dim=-1)
+            x = x + L.down(F.silu(gate) * up)
+        return x.view(N, -1)
 
 
 def _split_attention(qt: torch.Tensor, K: torch.Tensor, V: torch.Tensor, segs: list, lens: list[int]) -> torch.Tensor:
@@ -1137,6 +1275,9 @@ class _RowCache:
         self.valid = torch.zeros((B, capacity), dtype=torch.bool)
         self.length = 0
         self._written = 0  # layers that appended at the current length
+        # each row's columns in use (jump-forward steps: rows add different numbers of tokens, each
+        # at its own end; columns past a row's end and below ``length`` are its padding)
+        self.ends = torch.zeros(B, dtype=torch.long)
 
     def reserve(self, n: int) -> None:
         cap = self.valid.shape[1]
@@ -1157,6 +1298,21 @@ class _RowCache:
         if self._written == len(self.k):
             self._written = 0
             self.length = b
+            self.ends.fill_(b)
+        return self.k[layer][:, :, :b], self.v[layer][:, :, :b]
+
+    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+        """Write the keys and values [N, kv, d] of ``N`` tokens at their rows' columns ``cols``
+        (a jump-forward step: each row's new tokens at its own end, :meth:`FastEngine._forward_packed`);
+        returns every column up to the furthest written, [B, kv, T, d] each. The caller reserves
+        the columns, marks them in ``valid`` and moves ``ends``."""
+        self.k[layer][rows, :, cols] = k
+        self.v[layer][rows, :, cols] = v
+        self._written += 1
+        b = max(self.length, int(cols.max()) + 1)
+        if self._written == len(self.k):
+            self._written = 0
+            self.length = b
         return self.k[layer][:, :, :b], self.v[layer][:, :, :b]
 
     def select(self, idx: torch.Tensor) -> None:
@@ -1164,3 +1320,4 @@ class _RowCache:
         self.k = [t[idx, :, :n + BLOCK].contiguous() for t in self.k]
         self.v = [t[idx, :, :n + BLOCK].contiguous() for t in self.v]
         self.valid = self.valid[idx, :n + BLOCK].contiguous()
+        self.ends = self.ends[idx]
