@@ -926,3 +926,39 @@ def test_jump_forward_setting_and_single_token_masks(micro, monkeypatch):
     assert _single_token(row) is None
     row[2], row[0] = 1, 1
     assert _single_token(row) is None
+
+
+def test_row_cache_growth_and_row_drops_keep_the_policys_tokens(micro, monkeypatch):
+    """The rows' key/value cache grows one layer at a time and drops finished rows one layer at a
+    time (so the old and new caches never stand side by side whole). With growth every 3 columns it
+    grows and drops rows many times in one answer; sampled rows that end at different steps still
+    get the policy's own log-prob for every token."""
+    from omtr.rollout import fast
+
+    monkeypatch.setattr(fast, "BLOCK", 3)
+    grew, dropped = [], []
+    reserve, select = fast._RowCache.reserve, fast._RowCache.select
+
+    def spy_reserve(self, n):
+        cap = self.valid.shape[1]
+        reserve(self, n)
+        if self.valid.shape[1] > cap:
+            grew.append(self.valid.shape[1])
+            assert all(t.shape[2] == self.valid.shape[1] for t in self.k + self.v)
+
+    def spy_select(self, idx):
+        select(self, idx)
+        dropped.append(len(idx))
+        assert all(t.shape[0] == len(idx) for t in self.k + self.v)
+
+    monkeypatch.setattr(fast._RowCache, "reserve", spy_reserve)
+    monkeypatch.setattr(fast._RowCache, "select", spy_select)
+    eng = make_engine("fast", micro, quantize=False)
+    rows = [_family_prompt("blocks", 0), _family_prompt("balls", 0), PROMPTS[0], PROMPTS[1]]
+    sampled = Sampling(greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=40, seed=1)
+    gens = eng.generate("actor", rows, sampled, constraint="off")  # seed 1: one row stops early
+    assert len(grew) > 3, "the cache grew several times"
+    assert len({len(g.token_ids) for g in gens}) > 1 and dropped, "rows ended apart and were dropped"
+    lp, _ = micro.token_logprobs("actor", rows, [g.token_ids for g in gens], temperature=1.0, constraint="off")
+    for b, g in enumerate(gens):
+        assert lp[b, :len(g.token_ids)].tolist() == pytest.approx(g.logprobs, abs=1e-4)

@@ -54,7 +54,9 @@ class TrainConfig:
     temperature: float = _f(_EP.train_temperature, "Sampling temperature of rollouts (paper: 0.7).")
     top_p: float = _f(1.0, "Nucleus mass of rollouts; 1.0 keeps the PPO ratio exact.")
     max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
-    rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait).")
+    rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait; the small profile: 8, "
+                                              "one task's samples, which bounds the rollout's keys, values and Judge "
+                                              "batch in memory).")
     rollout_engine: str = _f("hf", "Rollout engine (omtr.rollout): hf (the policy itself, exact) or fast (CPU: merged "
                                    "adapters, int8 linears; the old log-probs are then recomputed by the policy).")
     prefix_cache: bool = _f(True, "The fast engine's prefix cache across rollout prompts (Actor, Editor and Judge "
@@ -441,6 +443,10 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
     # (update_dtype=auto: fp32 on CPUs whose bf16 products measure slower, as these 2-core Xeons').
     # Since 2026-12-07: Judge micro-batches of 2 and log-probs 256 positions at a time keep the whole
     # `omtr train` under 3 GB with the fp32 update and the attention kept for the recomputation.
+    # Since 2026-12-07 (late): the rollout generates 8 episodes at a time (one task's samples, whose prompt
+    # is shared): on a 2-core Xeon without bf16 the whole default `omtr train` peaked at 3.11-3.25 GB
+    # with all 16 episodes of a batch together, the second rollout setting the peak, and at 2.73 GB
+    # with 8; its rollout made 73-74 tokens/s against 80-95.
     # Since issue 41: one mutant of each supported Actor spec as a Judge negative (judge_negatives=1),
     # its prompt showing the checks against it (ModelConfig.judge_checks): under the statement rules
     # every answer is supported, and without them the Judge never sees a negative to learn from.
@@ -452,7 +458,7 @@ TRAIN_PROFILES: dict[str, TrainConfig] = {
                          minibatches=2, kl_coef=0.0,
                          max_repairs=0, max_new_tokens=448, micro_batch_size=4, judge_micro_batch_size=2,
                          logprob_chunk=256,
-                         rollout_engine="fast",
+                         rollout_engine="fast", rollout_batch_size=8,
                          solver_time_limit_s=20.0, solver_memory_mb=2048, frozen_backbone=True,
                          checkpoint_every_updates=0, update_dtype="auto"),
     # Tests: the random micro model, tiny batches, short answers, no planner time to speak of.
