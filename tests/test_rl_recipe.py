@@ -241,7 +241,12 @@ def test_recipe_settings_are_checked_and_the_paper_has_no_kl_and_zero_for_time_o
         TrainConfig(limited_reward="maybe")
     with pytest.raises(ConfigError, match="judge_gate_auc"):
         TrainConfig(judge_gate_auc=1.5)
+    with pytest.raises(ConfigError, match="rollout_batch_size=none"):
+        train_profile("small").with_overrides(["rollout_batch_size=0"])
+    assert train_profile("small").with_overrides(["rollout_batch_size=none"]).rollout_batch_size is None
     small = train_profile("small")
+    # one task's samples at a time: the rollout's keys and values bound (the whole omtr train under 3 GB)
+    assert small.rollout_batch_size == small.samples_per_task
     assert small.advantage == "group" and small.samples_per_task >= 4 and small.dynamic_sampling
     assert small.judge_gate_auc > 0.5 and small.curriculum and not small.whiten_advantages
     assert small.ppo_epochs * small.minibatches > 1  # the clip can act

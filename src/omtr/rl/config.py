@@ -54,7 +54,7 @@ class TrainConfig:
     temperature: float = _f(_EP.train_temperature, "Sampling temperature of rollouts (paper: 0.7).")
     top_p: float = _f(1.0, "Nucleus mass of rollouts; 1.0 keeps the PPO ratio exact.")
     max_new_tokens: int = _f(768, "Token limit of one Actor/Editor answer.")
-    rollout_batch_size: int | None = _f(None, "Episodes generated together (None: all that wait; the small profile: 8, "
+    rollout_batch_size: int | None = _f(None, "Episodes generated together (none: all that wait; the small profile: 8, "
                                               "one task's samples, which bounds the rollout's keys, values and Judge "
                                               "batch in memory).")
     rollout_engine: str = _f("hf", "Rollout engine (omtr.rollout): hf (the policy itself, exact) or fast (CPU: merged "
@@ -268,6 +268,10 @@ class TrainConfig:
                                                         or self.judge_micro_batch_size < 1):
             raise ConfigError(f"judge_micro_batch_size must be at least 1 (or unset: micro_batch_size), got "
                               f"{self.judge_micro_batch_size}")
+        if self.rollout_batch_size is not None and (isinstance(self.rollout_batch_size, bool)
+                                                    or self.rollout_batch_size < 1):
+            raise ConfigError(f"rollout_batch_size must be at least 1, got {self.rollout_batch_size} "
+                              "(--set rollout_batch_size=none generates all of a batch's episodes together)")
         if self.episodes_per_batch % self.samples_per_task:
             raise ConfigError(f"episodes_per_batch ({self.episodes_per_batch}) must be a multiple of "
                               f"samples_per_task ({self.samples_per_task}): a batch holds whole groups")

@@ -1193,7 +1193,7 @@ class FastEngine(OverModel):
             qk = self._rotate(qkv[..., : (nh + nkv) * d].view(N, 1, nh + nkv, d), cos, sin)
             q, k = qk[:, 0, :nh], qk[:, 0, nh:]  # [N, nh, d], [N, kv, d]
             v = qkv[:, 0, (nh + nkv) * d:].view(N, nkv, d)
-            K, V = cache.write_at(i, k, v, tok_row, cols)  # [B, kv, T, d]
+            K, V = cache.write_at(i, k, v, tok_row, cols, T)  # [B, kv, T, d]
             qpad = q.new_zeros((B, S, nh, d))
             qpad[tok_row, tok_off] = q
             qh = qpad.transpose(1, 2).reshape(B, nkv, G, d)
@@ -1307,15 +1307,16 @@ class _RowCache:
             self.ends.fill_(b)
         return self.k[layer][:, :, :b], self.v[layer][:, :, :b]
 
-    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+    def write_at(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+                 b: int):
         """Write the keys and values [N, kv, d] of ``N`` tokens at their rows' columns ``cols``
         (a jump-forward step: each row's new tokens at its own end, :meth:`FastEngine._forward_packed`);
-        returns every column up to the furthest written, [B, kv, T, d] each. The caller reserves
-        the columns, marks them in ``valid`` and moves ``ends``."""
+        returns every column up to ``b`` (the furthest written + 1, or the cache's length if larger;
+        the step computes it once for all layers), [B, kv, b, d] each. The caller reserves the
+        columns, marks them in ``valid`` and moves ``ends``."""
         self.k[layer][rows, :, cols] = k
         self.v[layer][rows, :, cols] = v
         self._written += 1
-        b = max(self.length, int(cols.max()) + 1)
         if self._written == len(self.k):
             self._written = 0
             self.length = b
