@@ -940,14 +940,17 @@ def test_row_cache_growth_and_row_drops_keep_the_policys_tokens(micro, monkeypat
     reserve, select = fast._RowCache.reserve, fast._RowCache.select
 
     def spy_reserve(self, n):
-        cap = self.valid.shape[1]
+        cap, lists = self.valid.shape[1], (self.k, self.v)
         reserve(self, n)
+        assert self.k is lists[0] and self.v is lists[1], "grown in place"
         if self.valid.shape[1] > cap:
             grew.append(self.valid.shape[1])
             assert all(t.shape[2] == self.valid.shape[1] for t in self.k + self.v)
 
     def spy_select(self, idx):
+        lists = (self.k, self.v)
         select(self, idx)
+        assert self.k is lists[0] and self.v is lists[1], "rows dropped in place"
         dropped.append(len(idx))
         assert all(t.shape[0] == len(idx) for t in self.k + self.v)
 

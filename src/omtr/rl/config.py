@@ -264,14 +264,12 @@ class TrainConfig:
         for name in pos:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.judge_micro_batch_size is not None and (isinstance(self.judge_micro_batch_size, bool)
-                                                        or self.judge_micro_batch_size < 1):
-            raise ConfigError(f"judge_micro_batch_size must be at least 1 (or unset: micro_batch_size), got "
-                              f"{self.judge_micro_batch_size}")
-        if self.rollout_batch_size is not None and (isinstance(self.rollout_batch_size, bool)
-                                                    or self.rollout_batch_size < 1):
-            raise ConfigError(f"rollout_batch_size must be at least 1, got {self.rollout_batch_size} "
-                              "(--set rollout_batch_size=none generates all of a batch's episodes together)")
+        optional = {"judge_micro_batch_size": "unset: micro_batch_size",  # sizes that may be None: what None means
+                    "rollout_batch_size": "--set rollout_batch_size=none generates all of a batch's episodes together"}
+        for name, unset in optional.items():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{name} must be at least 1 (or {unset}), got {value}")
         if self.episodes_per_batch % self.samples_per_task:
             raise ConfigError(f"episodes_per_batch ({self.episodes_per_batch}) must be a multiple of "
                               f"samples_per_task ({self.samples_per_task}): a batch holds whole groups")

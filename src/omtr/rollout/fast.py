@@ -1288,10 +1288,8 @@ class _RowCache:
         # copy costs one layer's keys (or values) beside the cache, not all the keys again (16 rows
         # of 500 columns: ~6 MB, not ~190 MB). Values unchanged.
         for blocks in (self.k, self.v):
-            for i in range(len(blocks)):
-                t = blocks[i]
+            for i, t in enumerate(blocks):
                 blocks[i] = torch.cat([t, t.new_zeros(t.shape[:2] + (grow, t.shape[3]))], dim=2)
-                del t
         self.valid = torch.cat([self.valid, self.valid.new_zeros((self.valid.shape[0], grow))], dim=1)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
