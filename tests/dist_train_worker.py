@@ -103,8 +103,11 @@ def main() -> None:
     phases, out, model, ds = sys.argv[1].split(","), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
+    from omtr.rl.distributed import leave_process_group
+
     for phase in phases:
         run_phase(phase, out, model, ds)
+    leave_process_group()  # as ``omtr train`` ends: no rank tears its connections down under another
 
 
 def run_phase(phase: str, out: Path, model: str, ds: str) -> None:

@@ -137,11 +137,18 @@ def run(args) -> int:
         raise CliError(f"cannot start training: {exc}") from None
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
+    from omtr.rl.distributed import leave_process_group
+
+    clean = False
     try:
         status = trainer.run(max_updates=args.max_updates)
-    except EpisodeLogInvalid as exc:
+        clean = True
+    except EpisodeLogInvalid as exc:  # raised on every rank alike (a collective verdict)
+        clean = True
         print(f"omtr train: the episode log failed validation; training stopped before the update:\n{exc}")
         return 1
+    finally:
+        leave_process_group(clean=clean)
     if not trainer.coll.is_main:  # under a launcher, rank 0 reports for the run
         return 143 if status == "stopped" else 0
     last = trainer.history[-1] if trainer.history else {}

@@ -71,6 +71,22 @@ def init_from_env(*, use_deepspeed: bool) -> "Collective":
     return Collective.current()
 
 
+def leave_process_group(*, clean: bool = True) -> None:
+    """End this process's part in the group it joined (a no-op in a single process).
+
+    Without this, each rank tears its connections down at interpreter exit in whatever order its
+    objects die; a rank still holding gloo pairs when the other has gone can abort (SIGABRT from
+    "connection closed by peer" in gloo's background thread) after all its work is done. ``clean``
+    (the run ended normally): first a barrier, so no rank leaves while another still talks; after
+    an error the other ranks may be stuck elsewhere, so the group is only destroyed."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if clean and dist.get_world_size() > 1:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 @dataclass(frozen=True)
 class Collective:
     """This process's place in the data-parallel group and the collectives the trainer uses."""
