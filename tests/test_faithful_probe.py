@@ -53,6 +53,20 @@ def test_probe_grades_answers_with_the_checker(tasks, pool):
     assert out["probe_judge_auc_fd"] == 1.0  # both faithful specs outscore the unfaithful one
 
 
+def test_probe_reports_the_share_of_samples_that_are_faithful(tasks, pool):
+    """Greedy answers all right, samples right half the time: the greedy rate is 1, the sampled
+    rate is what the samples were (3 of 8: task 0's two samples, one of task 1's, none of the rest)."""
+    refs = [t.reference.problem for t in tasks]
+    answers = {t.id: [r] for t, r in zip(tasks, refs)}
+    samples = {tasks[0].id: [refs[0], refs[0]], tasks[1].id: [refs[1], _other_goal(refs[1])],
+               tasks[2].id: [_broken(refs[2]), _other_goal(refs[2])], tasks[3].id: ["(define", "(define"]}
+    policy = ScriptedPolicy.for_tasks(tasks, answers, samples_by_id=samples)
+    out = FaithfulProbe(tasks, samples=2)(policy, pool)
+    assert out["probe_faithful"] == 1.0
+    assert out["probe_faithful_sampled"] == pytest.approx(3 / 8)
+    assert "probe_faithful_sampled" not in FaithfulProbe(tasks)(ScriptedPolicy.for_tasks(tasks, answers), pool)
+
+
 def test_probe_refuses_tasks_without_references(tasks):
     with pytest.raises(ValueError, match="reference"):
         FaithfulProbe([t.for_training() for t in tasks])

@@ -14,7 +14,10 @@ Reported (fractions of the probe's tasks unless said otherwise):
 * ``probe_drift``: solved-but-unfaithful over solved with a plan (the paper's drift, on this probe);
 * ``probe_judge_auc_fd``: the Judge's AUC between faithful (F) and solved-but-unfaithful (D) specs,
   when both occur; with ``samples`` > 0, every task also gets that many samples at 0.7 and the AUC
-  pools them (the paper's H.9 pool), which a greedy answer per task alone rarely fills.
+  pools them (the paper's H.9 pool), which a greedy answer per task alone rarely fills;
+* ``probe_faithful_sampled`` (with ``samples`` > 0): the share of those samples that are faithful,
+  the policy's own faithful rate where the greedy answers are all right or all wrong (a greedy
+  24/24 says nothing about how often a sample at 0.7 still states the task).
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class FaithfulProbe:
             more = run_episodes([views[k] for k in reps], policy, env, budget=1, judge=True, batch_size=self.batch_size,
                                 sampling=Sampling(greedy=False, temperature=self.temperature,
                                                   max_new_tokens=self.max_new_tokens, seed=self.seed + 17 * self.calls))
-            pool += [(e.judge_score, self.grade(self.tasks[k], e)) for k, e in zip(reps, more)]
+            sampled = [self.grade(self.tasks[k], e) for k, e in zip(reps, more)]
+            pool += [(e.judge_score, g) for e, g in zip(more, sampled)]
         self.calls += 1
         n = len(grades)
         f, d = grades.count("faithful"), grades.count("unfaithful")
@@ -87,12 +91,15 @@ class FaithfulProbe:
                "probe_faithful": f / n, "probe_tasks": float(n)}
         if f + d:
             out["probe_drift"] = d / (f + d)
+        if self.samples:
+            out["probe_faithful_sampled"] = sampled.count("faithful") / len(sampled)
         fd = [(s, g == "faithful") for s, g in pool if s is not None and g in ("faithful", "unfaithful")]
         auc = binary_auc([s for s, _ in fd], [y for _, y in fd]) if fd else None
         if auc is not None:
             out["probe_judge_auc_fd"] = auc
         out["probe_s"] = time.perf_counter() - t0
-        log.info("probe: %d/%d faithful, %d solved with a plan, Judge AUC F vs D %s (%.0f s)", f, n, f + d,
+        log.info("probe: %d/%d faithful, %d solved with a plan%s, Judge AUC F vs D %s (%.0f s)", f, n, f + d,
+                 f", {out['probe_faithful_sampled']:.0%} of {len(sampled)} samples faithful" if self.samples else "",
                  f"{auc:.2f}" if auc is not None else "-", out["probe_s"])
         return out
 
