@@ -69,6 +69,24 @@ def _rank_main(rank: int, port: int, out: str) -> None:
         torch.distributed.destroy_process_group()
 
 
+def test_leaving_keeps_a_one_rank_group_and_does_nothing_without_one(tmp_path):
+    from omtr.rl.distributed import leave_process_group
+
+    dist = torch.distributed
+    ours = not dist.is_initialized()
+    if ours:  # a one-rank group, as the DeepSpeed engine makes for a single process
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        leave_process_group()
+        assert dist.is_initialized() and dist.get_world_size() == 1
+    finally:
+        if ours:
+            dist.destroy_process_group()
+    if ours:
+        leave_process_group()  # no group at all: nothing to leave, no error
+        assert not dist.is_initialized()
+
+
 def test_whitening_metrics_and_flags_over_two_ranks_are_the_whole_batch(tmp_path):
     torch.multiprocessing.spawn(_rank_main, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
     r = [json.loads((tmp_path / f"{k}.json").read_text()) for k in (0, 1)]
@@ -94,7 +112,7 @@ for _ in range(20):
 assert c.gather(c.rank) == [0, 1]
 leave_process_group()
 assert not torch.distributed.is_initialized()
-leave_process_group()  # a second call, or one in a single process, does nothing
+leave_process_group()  # a second call does nothing
 """
 
 
