@@ -6,7 +6,6 @@ import importlib.util
 import json
 import math
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,16 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.rl import losses as L  # noqa: E402
-from omtr.rl.distributed import Collective, merge_weighted_means, shard, whiten  # noqa: E402
+from omtr.rl.distributed import Collective, free_port, merge_weighted_means, shard, whiten  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port
 
 
 def test_shard_splits_a_batch_into_disjoint_contiguous_shares_that_cover_it():

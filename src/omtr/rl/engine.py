@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from omtr.config import ConfigError
-from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op
+from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op, free_port
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,9 @@ class DeepSpeedBackend:
             os.environ.setdefault("LOCAL_RANK", "0")
             os.environ.setdefault("WORLD_SIZE", "1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", "29511")
+            # a port the system has free: a fixed one fails with EADDRINUSE whenever anything else on
+            # the machine holds it (another one-process DeepSpeed run, a launcher's store)
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
             deepspeed_init_distributed()
         # DeepSpeed clips one global norm over every parameter it holds, the value head included:
         # unlike TorchBackend, the value loss's gradient still shares the policy's clip here.
