@@ -6,7 +6,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,11 +13,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from omtr.paths import free_port  # noqa: F401 (the fleet tests import it from here)
 
 
 class Server:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from omtr.cli import main
 from omtr.evaluation.run import EvalConfig, evaluate
 from omtr.inference.backends import BackendAuthError, OpenAIBackend, OpenAIConfig, make_backend
 from omtr.inference.registry import make_policy
+from omtr.paths import free_port
 from omtr.policy import Sampling
 from omtr.solver import SolverPool
 from omtr.tasks.generators import generate
@@ -44,12 +44,6 @@ def micro():
 @pytest.fixture(scope="module")
 def tasks():
     return generate("gripper", 2, 1, verify=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +70,7 @@ def llm_server(micro):
                              "finish_reason": g.finish_reason}],
                 "usage": {"prompt_tokens": g.prompt_tokens, "completion_tokens": len(g.token_ids)}}
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -17,13 +17,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from omtr.rl import losses as L  # noqa: E402
-from omtr.rl.distributed import Collective, free_port, merge_weighted_means, shard, whiten  # noqa: E402
+from omtr.paths import free_port  # noqa: E402
+from omtr.rl.distributed import Collective, merge_weighted_means, shard, whiten  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-
-_free_port = free_port
 
 
 def test_shard_splits_a_batch_into_disjoint_contiguous_shares_that_cover_it():
@@ -84,7 +83,7 @@ def test_leaving_keeps_a_one_rank_group_and_does_nothing_without_one(tmp_path):
 
 
 def test_whitening_metrics_and_flags_over_two_ranks_are_the_whole_batch(tmp_path):
-    torch.multiprocessing.spawn(_rank_main, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_rank_main, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     r = [json.loads((tmp_path / f"{k}.json").read_text()) for k in (0, 1)]
     assert [x["rank"] for x in r] == [0, 1] and all(x["world"] == 2 for x in r)
     whole = L.whiten(_PARTS[0] + _PARTS[1])
@@ -94,6 +93,16 @@ def test_whitening_metrics_and_flags_over_two_ranks_are_the_whole_batch(tmp_path
         assert x["merged"] == pytest.approx({"loss": 2.0, "kl": 0.2, "clip": 0.3})
         assert x["any"] is True and x["none"] is False
         assert x["gather"] == [0, 10] and x["sum"] == [1.0, 3.0] and x["max"] == [1.0]
+
+
+def _launcher_env(**extra) -> dict:
+    """The environment of a ``torch.distributed.run`` launch from a test: this checkout's sources,
+    one thread a rank, and none of the variables a launcher sets for its ranks."""
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]), **extra)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
 
 
 _LEAVER = """
@@ -121,12 +130,9 @@ def test_ranks_that_leave_the_group_exit_cleanly_every_time(tmp_path):
     row are a 1-in-50 chance)."""
     script = tmp_path / "leaver.py"
     script.write_text(_LEAVER)
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
+    env = _launcher_env()
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                               "--master_port", str(_free_port()), str(script)],
+                               "--master_port", str(free_port()), str(script)],
                               env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(6)]
     outs = [(p.communicate(timeout=240)[0], p.returncode) for p in procs]
@@ -182,14 +188,10 @@ def test_two_ranks_through_deepspeed_zero2_split_the_batch_and_match_one_process
     out = tmp_path / "out"
     out.mkdir()
     ds = ROOT / "configs" / "deepspeed" / "zero2_cpu.json"
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
-               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlruns.db'}",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
+    env = _launcher_env(DS_ACCELERATOR="cpu", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlruns.db'}")
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
          str(HERE / "dist_train_worker.py"), "grad,gradtorch,run,straight,idle,stop,badlog", str(out), str(model_dir), str(ds)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, _launch_failure(proc, out)

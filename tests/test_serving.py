@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,18 +29,14 @@ import shutil
 
 import pytest
 
+from omtr.paths import free_port
+
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 NAME = "omtr-role-model-serving-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _post(url: str, body, *, raw: bytes | None = None, timeout: float = 300):
@@ -105,7 +100,7 @@ def _uv_env(tmp_path: Path, bin_dir: str) -> dict:
 
 def test_serve_champion_answers_tasks_and_rejects_bad_requests(registered, tmp_path):
     uri, info = registered
-    port = _free_port()
+    port = free_port()
     bin_dir = str(Path(sys.executable).parent)  # `mlflow models serve` execs uv from here
     if shutil.which("uv", path=bin_dir) is None and shutil.which("uv") is None:
         pytest.skip("uv is not installed: pip install uv (the dev extra carries it)")

@@ -1,4 +1,4 @@
-"""Where omtr finds shared data (PlanBench files) and keeps local state."""
+"""Where omtr finds shared data (PlanBench files) and keeps local state, and a free local port."""
 
 from __future__ import annotations
 
@@ -43,3 +43,13 @@ def planbench_family(family: str, root: Path | None = None) -> tuple[str, list[P
     base = root / "planbench" / "instances" / PLANBENCH_FOLDERS[family]
     files = sorted((base / "generated_basic").glob("instance-*.pddl"), key=lambda p: int(p.stem.split("-")[1]))
     return (base / "generated_domain.pddl").read_text(), files
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the system has free on ``host`` now (bound to port 0, then released): for a
+    server or a process group's store that this process starts next."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from omtr.paths import free_port
 
 log = logging.getLogger(__name__)
 
@@ -77,19 +78,13 @@ def smollm2_gguf() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LlamaCppServer:
     """``python -m llama_cpp.server`` for one GGUF, in its own process group, log in a temp file."""
 
     def __init__(self, gguf: str | Path, *, alias: str = "smollm2", n_ctx: int = 4096, threads: int = 2,
                  port: int | None = None, python: str | None = None, extra_args: tuple[str, ...] = ()):
         self.gguf, self.alias, self.n_ctx, self.threads = Path(gguf), alias, n_ctx, threads
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.python = python or server_python()
         self.extra_args = tuple(extra_args)
         self.proc: subprocess.Popen | None = None

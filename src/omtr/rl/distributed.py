@@ -71,15 +71,6 @@ def init_from_env(*, use_deepspeed: bool) -> "Collective":
     return Collective.current()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the system has free on ``host`` now (bound to port 0, then released)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def leave_process_group(*, clean: bool = True) -> None:
     """End this process's part in the group of ranks it joined; a no-op in a single process (a
     one-rank DeepSpeed group stays, for whatever else the process runs).

@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from omtr.config import ConfigError
-from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op, free_port
+from omtr.paths import free_port
+from omtr.rl.distributed import Collective, deepspeed_init_distributed, deepspeed_without_shm_op
 
 log = logging.getLogger(__name__)
 
